@@ -1,0 +1,65 @@
+package events
+
+import "fmt"
+
+// Code is a rejection code of io.seamguard.event.rejected (CONTRACT.md section 6).
+type Code string
+
+// Rejection codes.
+const (
+	CodeMalformed        Code = "malformed"
+	CodeMissingAttribute Code = "missing_attribute"
+	CodeBadSpecversion   Code = "bad_specversion"
+	CodeBadSessionID     Code = "bad_session_id"
+	CodeSubjectMismatch  Code = "subject_mismatch"
+	CodeUnknownType      Code = "unknown_type"
+	CodeBadData          Code = "bad_data"
+	CodeUnknownSession   Code = "unknown_session"
+	CodeAlreadyOpen      Code = "already_open"
+	CodeSessionClosed    Code = "session_closed"
+	CodeOffsetConflict   Code = "offset_conflict"
+	CodeRangeOutOfBounds Code = "range_out_of_bounds"
+)
+
+// ReasonCode names a failed check or a rule-1 refusal of a compaction request
+// (CONTRACT.md section 5).
+type ReasonCode string
+
+// Reason codes of the checks, then of rule 1.
+const (
+	ReasonUnitMismatch    ReasonCode = "unit_mismatch"
+	ReasonFloorNotInTail  ReasonCode = "floor_not_in_tail"
+	ReasonFloorNotInInput ReasonCode = "floor_not_in_input"
+	ReasonReachNotInInput ReasonCode = "reach_not_in_input"
+	ReasonSeamGap         ReasonCode = "seam_gap"
+	ReasonCoverageHole    ReasonCode = "coverage_hole"
+	ReasonSequenceGap     ReasonCode = "sequence_gap"
+	ReasonInvalidRequest  ReasonCode = "invalid_request"
+	ReasonUnknownSession  ReasonCode = "unknown_session"
+	ReasonSessionClosed   ReasonCode = "session_closed"
+	ReasonSessionHalted   ReasonCode = "session_halted"
+)
+
+// Error is why an input was rejected: the contract's code, the offending field
+// ("id", "data.offset", "data.recovery_floor.span", or "" when the whole
+// message is at fault) and a message that says what to fix.
+type Error struct {
+	Code    Code
+	Field   string
+	Message string
+	Err     error // the underlying cause, if any
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("events: %s: %s", e.Code, e.Message)
+	}
+	return fmt.Sprintf("events: %s: %s: %s", e.Code, e.Field, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds an *Error.
+func Errorf(code Code, field, format string, args ...any) *Error {
+	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
