@@ -1,0 +1,98 @@
+package ledger
+
+import (
+	"fmt"
+
+	"github.com/seamguard/seamguard/events"
+)
+
+// Evaluation is the outcome of the checks of CONTRACT.md section 5 for one
+// compaction request against the ledger as it stands, before rules 2 to 5.
+type Evaluation struct {
+	Reasons  []events.Reason // failed checks, sorted by code
+	AtRisk   RangeSet        // union of every failed check's at-risk ranges
+	Coverage RangeSet        // C: the summary coverage this compaction would commit
+}
+
+// Evaluate runs every check on a request that passed rule 1 (see invalid). It
+// does not change the ledger. Its cost is O(log n) in the number of ranges of
+// the ledger, plus the size of what it reports: it never walks the truncated
+// set, only looks up the windows the checks are about.
+func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
+	h := l.head
+	T := l.truncated
+	whole := Range{Start: 0, End: h}
+	in := Range{Start: min(b.SummarizerInput.Start, h), End: min(b.SummarizerInput.End, h)} // I
+	tail := Range{Start: min(b.TailStart, h), End: h}
+	floor := Range{Start: h - min(l.span, h), End: h}                               // F
+	reach := Range{Start: b.TailStart - min(l.span, b.TailStart), End: b.TailStart} // reach
+	S := b.SummaryRange
+
+	// R = tail \ T; F \ I' = (F \ I) ∪ (F ∩ I ∩ T), likewise for reach.
+	R := RangeDiff(tail, T)
+	notInInput := func(w Range) RangeSet {
+		out := RangeDiff(w, NewRangeSet(in))
+		out.AddSet(T.Within(intersect(w, in)))
+		return out
+	}
+	// C = ((S ∩ I) \ T) ∪ (S ∩ K'), K' = K when the request carries it.
+	C := RangeDiff(intersect(S, in), T)
+	if b.CarriesPriorSummary {
+		C.AddSet(l.committed.Within(S))
+	}
+
+	var e Evaluation
+	fail := func(code events.ReasonCode, risk RangeSet, msg string) {
+		e.Reasons = append(e.Reasons, events.Reason{Code: code, Message: msg, AtRisk: nonNil(risk.Ranges())})
+		e.AtRisk.AddSet(risk)
+	}
+	unit, floorUnit := l.unit.unit(), l.floorUnit.unit()
+	// Reasons are appended in the order of their codes.
+	if risk := RangeDiff(whole, Union(C, R)); !risk.IsEmpty() {
+		fail(events.ReasonCoverageHole, risk, fmt.Sprintf(
+			"offsets %s are in neither the summary's coverage %s nor the retained tail: no artefact of this compaction would hold them",
+			FormatRanges(risk.Ranges()), FormatRanges(C.Ranges())))
+	}
+	if risk := notInInput(floor); !risk.IsEmpty() {
+		fail(events.ReasonFloorNotInInput, risk, fmt.Sprintf(
+			"the recovery floor [%d, %d) is not all in the summarizer's input: offsets %s are outside it or truncated; give the summarizer every turn of the floor",
+			floor.Start, floor.End, FormatRanges(risk.Ranges())))
+	}
+	if risk := RangeDiff(floor, R); !risk.IsEmpty() {
+		fail(events.ReasonFloorNotInTail, risk, fmt.Sprintf(
+			"the recovery floor [%d, %d) is not all in the retained tail from %d: offsets %s are before the tail or truncated; keep the last %d %s verbatim",
+			floor.Start, floor.End, b.TailStart, FormatRanges(risk.Ranges()), l.span, floorUnit))
+	}
+	if risk := notInInput(reach); !risk.IsEmpty() {
+		fail(events.ReasonReachNotInInput, risk, fmt.Sprintf(
+			"the summarizer's input does not reach back %d %s before the tail start %d: offsets %s are outside it or truncated; start the summarizer's input at %d or earlier, with those turns present",
+			l.span, floorUnit, b.TailStart, FormatRanges(risk.Ranges()), reach.Start))
+	}
+	if S.End < b.TailStart {
+		risk := NewRangeSet(Range{Start: S.End, End: b.TailStart})
+		fail(events.ReasonSeamGap, risk, fmt.Sprintf(
+			"the summary ends at %d but the tail starts at %d: offsets %s fall in the seam between them; end the summary at the tail start",
+			S.End, b.TailStart, FormatRanges(risk.Ranges())))
+	}
+	if risk := RangeDiff(whole, l.received); !risk.IsEmpty() {
+		fail(events.ReasonSequenceGap, risk, fmt.Sprintf(
+			"offsets %s were never received; publish the missing turns before compacting",
+			FormatRanges(risk.Ranges())))
+	}
+	if unit != floorUnit {
+		risk := NewRangeSet(whole)
+		fail(events.ReasonUnitMismatch, risk, fmt.Sprintf(
+			"the recovery floor counts %s but the session's truncator evicts %s, so the floor cannot be enforced and offsets %s are at risk; open the session with a floor in %s",
+			floorUnit, unit, FormatRanges(risk.Ranges()), unit))
+	}
+	e.Coverage = C
+	return e
+}
+
+func intersect(a, b Range) Range {
+	r := Range{Start: max(a.Start, b.Start), End: min(a.End, b.End)}
+	if r.End < r.Start {
+		r.End = r.Start
+	}
+	return r
+}
