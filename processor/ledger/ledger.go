@@ -124,13 +124,13 @@ type Ledger struct {
 	spilled   RangeSet // P
 	waived    RangeSet // W
 
-	spills    uint32               // spills written
-	lastSpill *events.SpillHandle  // the newest spill; it holds every spilled offset
-	halt      *RangeSet            // unrecoverable ranges while halted
-	haltReq   string               // request that halted the session
-	requests  map[string]*request  // by request_id
-	pending   *pending             // the compaction waiting for its spill
-	recent    [recentIDs]uint64    // hashes of the last accepted event ids
+	spills    uint32              // spills written
+	lastSpill *events.SpillHandle // the newest spill; it holds every spilled offset
+	halt      *RangeSet           // unrecoverable ranges while halted
+	haltReq   string              // request that halted the session
+	requests  map[string]*request // by request_id
+	pending   *pending            // the compaction waiting for its spill
+	recent    [recentIDs]uint64   // hashes of the last accepted event ids
 	recentPos uint8
 }
 
