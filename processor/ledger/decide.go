@@ -50,7 +50,7 @@ func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
 	// Reasons are appended in the order of their codes.
 	if risk := RangeDiff(whole, Union(C, R)); !risk.IsEmpty() {
 		fail(events.ReasonCoverageHole, risk, fmt.Sprintf(
-			"offsets %s are in neither the summary's coverage %s nor the retained tail: no artefact of this compaction would hold them",
+			"offsets %s are in neither the summary's coverage %s nor the retained tail, so nothing would hold them after this compaction; put them in the summarizer's input and the summary range, or carry a prior summary that covers them",
 			FormatRanges(risk.Ranges()), FormatRanges(C.Ranges())))
 	}
 	if risk := notInInput(floor); !risk.IsEmpty() {

@@ -1,0 +1,16 @@
+// Package offline decides a file of session events without any server: the
+// `seamguard check` command. It runs the same pure core (package ledger) as
+// the JetStream runtime, one ledger per session, and writes the same output
+// events, so a story can be checked, diffed and kept as a golden file.
+//
+// Offline, the stream sequence of an event is its line number (blank lines
+// count but produce nothing), so spill handles name line numbers in
+// first_seq and last_seq. Accepted events are journaled to a temporary file,
+// one line each, and a spill copies the session's lines from it into
+// <SpillDir>/<session>/<n>.jsonl: the object name, format and digest the
+// object store would have. Handles name the bucket seamguard-spills unless
+// Runner.Bucket says otherwise. Memory holds the ledgers and 16 bytes per
+// accepted event, never the transcripts.
+//
+// A Runner is used by one goroutine.
+package offline

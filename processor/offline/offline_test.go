@@ -1,0 +1,96 @@
+package offline
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+const story = `{"specversion":"1.0","id":"1","source":"s","type":"io.seamguard.session.opened","subject":"a","data":{"unit":"turns","recovery_floor":{"span":2,"unit":"turns"}}}
+{"specversion":"1.0","id":"2","source":"s","type":"io.seamguard.turn.appended","subject":"a","data":{"offset":0,"size":4}}
+{"specversion":"1.0","id":"3","source":"s","type":"io.seamguard.turn.appended","subject":"a","data":{"offset":3,"size":1}}
+{"specversion":"1.0","id":"4","source":"s","type":"io.seamguard.compaction.requested","subject":"a","data":{"request_id":"r","summarizer_input":{"start":1,"end":4},"summary_range":{"start":1,"end":2},"tail_start":2}}
+`
+
+func verdicts(t *testing.T, out string) []*events.Verdict {
+	var vs []*events.Verdict
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		v, err := events.DecodeVerdict([]byte(l))
+		require.NoError(t, err, l)
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func TestSpillAndJournal(t *testing.T) {
+	var out bytes.Buffer
+	dir := t.TempDir()
+	r := &Runner{SpillDir: dir, Out: &out}
+	sum, err := r.Run(context.Background(), strings.NewReader(story))
+	require.NoError(t, err)
+	vs := verdicts(t, out.String())
+	require.Len(t, vs, 3)
+	assert.Equal(t, events.TypeEventRejected, vs[0].Type, "the overlapping turn")
+	h := vs[1].Data.(*events.SpillHandle)
+	assert.Equal(t, uint64(3), h.Events, "the rejected line is not in the spill")
+	assert.Equal(t, uint64(4), h.LastSeq)
+	b, err := os.ReadFile(filepath.Join(dir, "a", "1.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, strings.Count(string(b), "\n"))
+	assert.NotContains(t, string(b), `"id":"3"`)
+	require.Len(t, sum.Sessions, 1)
+	assert.Equal(t, 1, sum.Sessions[0].Rejected)
+	assert.Equal(t, 3, sum.Sessions[0].Accepted)
+}
+
+// A spill that cannot be written halts the session with the at-risk offsets.
+func TestSpillFailureHalts(t *testing.T) {
+	var out bytes.Buffer
+	blocker := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o644))
+	r := &Runner{SpillDir: blocker, Out: &out}
+	_, err := r.Run(context.Background(), strings.NewReader(story))
+	require.NoError(t, err)
+	vs := verdicts(t, out.String())
+	require.Len(t, vs, 2)
+	h := vs[1].Data.(*events.SessionHalted)
+	assert.Equal(t, []events.Range{{Start: 0, End: 1}}, h.Unrecoverable)
+	assert.Contains(t, h.Message, "could not be spilled")
+}
+
+func TestPolicyHalt(t *testing.T) {
+	var out bytes.Buffer
+	r := &Runner{SpillDir: t.TempDir(), Out: &out, Config: ledger.Config{Policy: ledger.PolicyHalt}}
+	_, err := r.Run(context.Background(), strings.NewReader(story))
+	require.NoError(t, err)
+	vs := verdicts(t, out.String())
+	require.Len(t, vs, 2)
+	assert.Equal(t, events.TypeSessionHalted, vs[1].Type)
+}
+
+func TestLongLineAndValidate(t *testing.T) {
+	var out bytes.Buffer
+	r := &Runner{SpillDir: t.TempDir(), Out: &out}
+	long := `{"x":"` + strings.Repeat("a", MaxLine) + `"}` + "\n" + story
+	sum, err := r.Run(context.Background(), strings.NewReader(long))
+	require.NoError(t, err)
+	vs := verdicts(t, out.String())
+	assert.Equal(t, events.CodeMalformed, vs[0].Data.(*events.EventRejected).Code)
+	assert.Contains(t, vs[0].Data.(*events.EventRejected).Message, "longer than")
+	assert.Equal(t, 1, sum.Rejected)
+	assert.Len(t, vs, 4, "the long line is skipped and the story after it still decided")
+
+	err = (&Runner{}).Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SpillDir")
+	assert.Contains(t, err.Error(), "Out")
+}
