@@ -1,0 +1,75 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says how to start the server. The zero value listens on a random
+// loopback port and stores JetStream data in a directory the caller must set.
+type Config struct {
+	Host     string        // listen host; empty means 127.0.0.1
+	Port     int           // listen port; 0 means a random free port
+	StoreDir string        // JetStream storage directory (required)
+	Name     string        // server name; empty means "seamguard-embedded"
+	Ready    time.Duration // how long to wait for it to accept clients; 0 means 10s
+	Logs     bool          // print the server's own log lines to stderr
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StoreDir == "" {
+		errs = append(errs, errors.New("embedded: StoreDir is required: JetStream needs a directory to store streams in"))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("embedded: port %d is out of range 0-65535", c.Port))
+	}
+	return errors.Join(errs...)
+}
+
+// Start starts a JetStream-enabled server and waits until it accepts clients.
+// Stop it with Shutdown and WaitForShutdown.
+func Start(c Config) (*server.Server, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
+		ServerName: c.Name,
+		Host:       c.Host,
+		Port:       c.Port,
+		JetStream:  true,
+		StoreDir:   c.StoreDir,
+		NoSigs:     true,
+		NoLog:      !c.Logs,
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "seamguard-embedded"
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.Port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	if c.Logs {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	wait := c.Ready
+	if wait == 0 {
+		wait = 10 * time.Second
+	}
+	if !s.ReadyForConnections(wait) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded: nats-server on %s:%d not ready after %s (is the port taken?)", opts.Host, c.Port, wait)
+	}
+	return s, nil
+}
