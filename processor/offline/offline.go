@@ -144,7 +144,7 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 			if !errors.As(derr, &e) {
 				e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
 			}
-			id, sess := hints(line)
+			sess := sessionHint(line)
 			if sess == "" {
 				sum.Rejected++
 			} else {
@@ -156,7 +156,7 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 				s.sum.Events++
 				s.sum.Rejected++
 			}
-			if err := emit([]events.Output{ledger.Rejection(events.Cause{ID: id, Meta: meta}, sess, e)}, nil); err != nil {
+			if err := emit([]events.Output{ledger.Rejection(events.Cause{Meta: meta}, sess, e)}, nil); err != nil {
 				return sum, err
 			}
 		} else {
@@ -297,20 +297,20 @@ func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
 	}
 }
 
-// hints digs the id and a valid session id out of a line that failed to
-// decode, so that its rejection can name them; both may be empty.
-func hints(line []byte) (id, session string) {
+// sessionHint digs a valid session id out of a line that failed to decode,
+// so that its rejection goes to that session's verdict subject; "" if none.
+// The rejection's id is derived from the line number, like the runtime's
+// from the stream sequence, never from an id the broken line claims.
+func sessionHint(line []byte) string {
 	var h struct {
-		ID      any `json:"id"`
 		Subject any `json:"subject"`
 	}
 	if json.Unmarshal(line, &h) != nil {
-		return "", ""
+		return ""
 	}
-	id, _ = h.ID.(string)
-	session, _ = h.Subject.(string)
+	session, _ := h.Subject.(string)
 	if !events.ValidSessionID(session) {
-		session = ""
+		return ""
 	}
-	return id, session
+	return session
 }
