@@ -152,6 +152,7 @@ type SpillResult struct {
 // every accepted event from FirstSeq to LastSeq (Events of them), which hold
 // every received offset of Range. The result must be the next Step's input.
 type SpillRequest struct {
+	Cause    events.Cause // the compaction request the spill is for
 	Session  string
 	N        uint32 // the spill's number within the session, from 1
 	Name     string // object name: "<session>/<n>.jsonl"
@@ -533,6 +534,7 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 	n := l.spills + 1
 	res := accepted()
 	res.Spill = &SpillRequest{
+		Cause:    c,
 		Session:  l.session,
 		N:        n,
 		Name:     fmt.Sprintf("%s/%d.jsonl", l.session, n),

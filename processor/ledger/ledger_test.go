@@ -142,6 +142,8 @@ func TestSeedStory(t *testing.T) {
 	s := seed(t)
 	res := s.request(seedReq)
 	require.NotNil(t, res.Spill)
+	assert.Equal(t, "e55", res.Spill.Cause.ID)
+	res.Spill.Cause = events.Cause{}
 	assert.Equal(t, SpillRequest{Session: "s1", N: 1, Name: "s1/1.jsonl", Range: Range{End: 52}, FirstSeq: 1, LastSeq: 55, Events: 55}, *res.Spill)
 	_, err := Step(&s.l, Input{Event: &events.Event{ID: "x", Subject: "s1", Body: &events.SessionClosed{}}}, s.cfg)
 	assert.ErrorIs(t, err, ErrSpillPending)
