@@ -60,8 +60,10 @@ func (u Unit) Valid() bool {
 }
 
 // Range is the half-open offset interval [Start, End). It is empty when
-// Start == End. Decoding does not check Start <= End: which code a reversed range
-// earns depends on the event (see the ledger).
+// Start == End. Which code a reversed range earns depends on the event:
+// decoding rejects a reversed context.truncated range (bad_data), while a
+// reversed compaction.requested range decodes and the ledger refuses it
+// (invalid_request).
 type Range struct {
 	Start uint64 `json:"start"`
 	End   uint64 `json:"end"`

@@ -1,0 +1,87 @@
+// Package events is seamguard's wire codec: it turns NATS messages into
+// validated, typed input events and typed outputs into verdict messages, as
+// shared/CONTRACT.md (sections 2 to 4 and 6) lays down. It does no I/O and
+// keeps no state; the processor decodes with it, the ledger reads its types,
+// spills write events back with it, and subscribers read verdicts with it.
+//
+// # Decoding
+//
+// DecodeMsg takes what arrived from NATS (subject, headers, body) and returns
+// an *Event whose Body is a pointer to the typed data of its type, or an
+// *Error carrying the contract's rejection code, the offending field (such as
+// "subject", "data.recovery_floor.span") and a message saying what to fix.
+// DecodeJSON does the same for one structured event from a file or a spill.
+//
+// The content mode is chosen as the CloudEvents NATS binding and sdk-go do:
+//   - structured when the Content-Type header is application/cloudevents+json
+//     (parameters allowed), or when there is no ce-specversion header (sdk-go
+//     writes structured mode without any Content-Type). The body is the whole
+//     event as a JSON object. If ce-* headers are present anyway, each must
+//     agree with the body's attribute of that name, else the event is
+//     malformed.
+//   - binary otherwise: attributes come from ce-<name> headers, data is the
+//     body, and datacontenttype is ce-datacontenttype or else Content-Type.
+//
+// Header names are read case-insensitively. A header given twice with
+// different values is malformed.
+//
+// # Choices where the contract is silent
+//
+//   - Percent-decoding. Binary-mode header values are percent-decoded, as the
+//     binding's draft asks; sdk-go does not encode, which is harmless for any
+//     value without '%'. A '%' that does not start "%XX" (two hex digits),
+//     such as "%zz" or a trailing '%', makes the event malformed: encode a
+//     literal '%' as "%25". Decoded values must be UTF-8.
+//   - UTF-8. Bodies and data must be valid UTF-8 (RFC 8259), so that the data
+//     kept and spilled is exactly the data received.
+//   - Attribute names are lower-case letters and digits (CloudEvents 1.0). A
+//     JSON null attribute counts as absent, as the CloudEvents JSON format
+//     says. Attributes given twice, and data fields given twice, are rejected
+//     rather than resolved silently. Extension values are strings, numbers or
+//     booleans; dataschema is kept among the extensions. A wrong JSON type
+//     for an attribute is malformed, except specversion, whose every value
+//     but "1.0" is bad_specversion.
+//   - data_base64 is rejected (bad_data, field "data"): seamguard's data is
+//     a JSON object, so it travels as "data" with application/json.
+//   - Data is typed strictly: numbers are plain non-negative JSON integers
+//     (no sign, fraction or exponent) of at most MaxOffset = 2^53, the
+//     largest integer every JSON implementation represents exactly; offset +
+//     size is bounded by it too. A null optional field counts as absent.
+//     Unknown data fields are ignored, so that agents may send fields a later
+//     version will read; they stay in Event.Data and in spills.
+//   - A reversed context.truncated range is bad_data; a reversed range of a
+//     compaction.requested, and its empty or absent request_id, decode, and
+//     the ledger refuses them with invalid_request, so that the agent gets a
+//     verdict it waits for rather than a rejection.
+//   - session.closed carries nothing: its data may be absent, null or any
+//     object, and is not looked at.
+//   - turn.appended content is any JSON and is kept raw, never walked: the
+//     codec reads JSON with encoding/json, which scans iteratively and
+//     rejects nesting deeper than 10000 levels (malformed or bad_data), so
+//     hostile input cannot exhaust the stack, and all work is linear in the
+//     input size.
+//   - Event.Time keeps the offset it was sent with (UTC when zero).
+//
+// # Encoding
+//
+// Encoder.Encode writes an Output as one structured CloudEvent with a fixed
+// member order: specversion, id, source, type, subject, time,
+// datacontenttype, causationid, data. Its id is OutputID: a hash of the
+// input it answers (source and id, or NATS subject and stream sequence when
+// the input had no id) and the output type, so a redelivered input yields
+// the same verdict id, which is also its Nats-Msg-Id. With a nil Now there is
+// no time attribute and the bytes are a function of the output alone.
+//
+// A verdict goes to <prefix>.verdicts.<session>.<kind>. A rejection of an
+// input whose session is unknowable (no subject attribute, an invalid id, a
+// NATS subject with extra tokens) goes to <prefix>.verdicts._invalid.rejected
+// (InvalidSession) and carries no subject attribute: "_invalid" is a token no
+// well-behaved agent would choose, so subscribers can watch it as the place
+// where unroutable input is reported. A session really named "_invalid" would
+// share that subject; its verdicts still carry subject "_invalid", which
+// rejections of unroutable input never do.
+//
+// MarshalStructured writes an input event back as one JSON line for spills;
+// DecodeJSON reads it back to an equal event. DecodeVerdict reads outputs
+// back for subscribers and tests.
+package events

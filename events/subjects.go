@@ -1,0 +1,120 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix used when Subjects.Prefix is empty.
+const DefaultPrefix = "seamguard"
+
+// InvalidSession is the session token of the verdict subject of a rejection
+// whose input has no usable session id (see doc.go).
+const InvalidSession = "_invalid"
+
+// MaxSessionIDLen is the longest session id the contract allows.
+const MaxSessionIDLen = 128
+
+// Subjects names the NATS subjects of one seamguard deployment. The zero value
+// uses the prefix "seamguard". A Subjects is a plain value: any goroutine may
+// use it at any time.
+type Subjects struct {
+	// Prefix is one or more dot-separated tokens; empty means DefaultPrefix.
+	Prefix string
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Validate reports every problem with s at once.
+func (s Subjects) Validate() error {
+	var errs []error
+	for i, tok := range strings.Split(s.prefix(), ".") {
+		switch {
+		case tok == "":
+			errs = append(errs, fmt.Errorf("events: subject prefix %q: token %d is empty", s.Prefix, i+1))
+		case strings.ContainsAny(tok, "*> \t\r\n"):
+			errs = append(errs, fmt.Errorf("events: subject prefix %q: token %q holds a wildcard or white space", s.Prefix, tok))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Events is the input subject of session: "<prefix>.events.<session>".
+// session should be a valid session id (see ValidSessionID).
+func (s Subjects) Events(session string) string {
+	return s.prefix() + ".events." + session
+}
+
+// EventsWildcard matches the input subjects of every session.
+func (s Subjects) EventsWildcard() string {
+	return s.prefix() + ".events.*"
+}
+
+// Verdict is the subject of an output of the given kind about session:
+// "<prefix>.verdicts.<session>.<kind>". An empty or invalid session is
+// replaced by InvalidSession, so the result is always a well-formed subject.
+func (s Subjects) Verdict(session, kind string) string {
+	if !ValidSessionID(session) {
+		session = InvalidSession
+	}
+	return s.prefix() + ".verdicts." + session + "." + kind
+}
+
+// VerdictsWildcard matches every verdict subject of the given kind; an empty
+// kind matches every kind.
+func (s Subjects) VerdictsWildcard(kind string) string {
+	if kind == "" {
+		return s.prefix() + ".verdicts.>"
+	}
+	return s.prefix() + ".verdicts.*." + kind
+}
+
+// SessionOf returns the session token of an input subject
+// "<prefix>.events.<session>". Any other subject, one with more tokens, or a
+// token that is not a valid session id, yields an *Error with code
+// bad_session_id and field "subject".
+func (s Subjects) SessionOf(natsSubject string) (string, error) {
+	tok, err := s.sessionOf(natsSubject)
+	if err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+func (s Subjects) sessionOf(natsSubject string) (string, *Error) {
+	p := s.prefix() + ".events."
+	tok, ok := strings.CutPrefix(natsSubject, p)
+	if !ok {
+		return "", Errorf(CodeBadSessionID, "subject",
+			"the event arrived on NATS subject %q, which is not an events subject; publish each event on %s<session id>", natsSubject, p)
+	}
+	if strings.Contains(tok, ".") {
+		return "", Errorf(CodeBadSessionID, "subject",
+			"the event arrived on NATS subject %q, which has more than one token after %q; a session id is a single token of letters, digits, '_' and '-'", natsSubject, p)
+	}
+	if !ValidSessionID(tok) {
+		return "", Errorf(CodeBadSessionID, "subject",
+			"the NATS subject token %q is not a valid session id; use 1 to 128 of the characters A-Z, a-z, 0-9, '_' and '-'", tok)
+	}
+	return tok, nil
+}
+
+// ValidSessionID reports whether id matches [A-Za-z0-9_-]{1,128}.
+func ValidSessionID(id string) bool {
+	if len(id) == 0 || len(id) > MaxSessionIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
