@@ -154,6 +154,7 @@ type orcOut struct {
 }
 
 type orcSpillReq struct {
+	Cause    string // id of the compaction request the spill is for
 	Session  string
 	N        uint32
 	Name     string
@@ -184,7 +185,7 @@ func orcNoEmpty[T any](s []T) []T {
 func orcObserve(r Result) orcObs {
 	o := orcObs{Accepted: r.Accepted, Duplicate: r.Duplicate}
 	if s := r.Spill; s != nil {
-		o.Spill = &orcSpillReq{Session: s.Session, N: s.N, Name: s.Name, Range: s.Range, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, Events: s.Events}
+		o.Spill = &orcSpillReq{Cause: s.Cause.ID, Session: s.Session, N: s.N, Name: s.Name, Range: s.Range, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, Events: s.Events}
 	}
 	for _, out := range r.Outputs {
 		x := orcOut{Type: out.Type, Cause: out.Cause.ID}
@@ -595,6 +596,7 @@ func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg
 	n := uint32(len(o.spills) + 1)
 	res := orcOK()
 	res.Spill = &orcSpillReq{
+		Cause:    ev.ID,
 		Session:  o.session,
 		N:        n,
 		Name:     fmt.Sprintf("%s/%d.jsonl", o.session, n),
