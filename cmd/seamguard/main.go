@@ -21,6 +21,8 @@ type command struct {
 
 var commands = map[string]command{
 	"check": {"decide a file of events offline, without a server", runCheck},
+	"demo":  {"play the seed story on an embedded server and show the verdicts", runDemo},
+	"serve": {"run the processor (on an embedded NATS server unless --nats-url)", runServe},
 }
 
 // errUsage marks an error that is the user's to fix; its message says how.

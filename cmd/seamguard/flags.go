@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// envName is the environment variable that sets a flag: SEAMGUARD_ and the
+// flag's name in upper case with '-' as '_' (--nats-url: SEAMGUARD_NATS_URL).
+func envName(flagName string) string {
+	return "SEAMGUARD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets every flag of fs that was not given on the command line from
+// its environment variable, if that is set. It reports every bad value.
+func applyEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: %v", errUsage, envName(f.Name), v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// connFlags are the NATS connection options, named as the NATS tools name them.
+type connFlags struct {
+	url      string
+	creds    string
+	nkey     string
+	user     string
+	password string
+	tlsCA    string
+	tlsCert  string
+	tlsKey   string
+	timeout  time.Duration
+}
+
+func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
+	fs.StringVar(&c.url, "nats-url", c.url, urlHelp)
+	fs.StringVar(&c.creds, "creds", "", "NATS user credentials file (JWT and NKey seed)")
+	fs.StringVar(&c.nkey, "nkey", "", "NATS NKey seed file")
+	fs.StringVar(&c.user, "user", "", "NATS user name")
+	fs.StringVar(&c.password, "password", "", "NATS password")
+	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the NATS server")
+	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file for TLS")
+	fs.StringVar(&c.tlsKey, "tlskey", "", "client private key file for TLS")
+	fs.DurationVar(&c.timeout, "connect-timeout", 5*time.Second, "how long to try to reach the NATS server")
+}
+
+func (c *connFlags) validate() error {
+	var errs []error
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		errs = append(errs, fmt.Errorf("%w: --tlscert and --tlskey go together; give both or neither", errUsage))
+	}
+	if c.password != "" && c.user == "" {
+		errs = append(errs, fmt.Errorf("%w: --password needs --user", errUsage))
+	}
+	n := 0
+	for _, s := range []string{c.creds, c.nkey, c.user} {
+		if s != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		errs = append(errs, fmt.Errorf("%w: give one of --creds, --nkey and --user, not several", errUsage))
+	}
+	for _, f := range []struct{ flag, path string }{{"--creds", c.creds}, {"--nkey", c.nkey}, {"--tlsca", c.tlsCA}, {"--tlscert", c.tlsCert}, {"--tlskey", c.tlsKey}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s %s: %v", errUsage, f.flag, f.path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// connect dials url (c.url when empty) with the options of c.
+func (c *connFlags) connect(name, url string) (*nats.Conn, error) {
+	if url == "" {
+		url = c.url
+	}
+	opts := []nats.Option{nats.Name(name), nats.Timeout(c.timeout), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	switch {
+	case c.creds != "":
+		opts = append(opts, nats.UserCredentials(c.creds))
+	case c.nkey != "":
+		o, err := nats.NkeyOptionFromSeed(c.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w", c.nkey, err)
+		}
+		opts = append(opts, o)
+	case c.user != "":
+		opts = append(opts, nats.UserInfo(c.user, c.password))
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(c.tlsCA))
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w; check --nats-url (or SEAMGUARD_NATS_URL) and that the server runs", url, err)
+	}
+	return nc, nil
+}
+
+// durationValue parses "7d" as well as Go durations, for retention flags.
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a number of days", s)
+		}
+		*v.d = time.Duration(n) * 24 * time.Hour
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as 90m, 48h or 7d", s)
+	}
+	*v.d = d
+	return nil
+}

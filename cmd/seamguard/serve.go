@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+// procFlags are the processor settings shared by serve and demo.
+type procFlags struct {
+	cfg    processor.Config
+	policy string
+}
+
+func (p *procFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.cfg.Prefix, "prefix", "seamguard", "first subject token and stem of every stream, bucket and object store name")
+	fs.IntVar(&p.cfg.Replicas, "replicas", 1, "replicas of streams, bucket and object store (3 on a cluster of 3 or more)")
+	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
+	p.cfg.EventsMaxAge = processor.DefaultEventsMaxAge
+	fs.Var(durationValue{&p.cfg.EventsMaxAge}, "events-max-age", "how long input events are kept (spills need them), e.g. 7d or 48h")
+	fs.Var(durationValue{&p.cfg.VerdictsMaxAge}, "verdicts-max-age", "how long verdicts are kept; 0 keeps them forever")
+	fs.StringVar(&p.policy, "policy", "spill", "what an unrecoverable compaction gets: spill (refuse and spill the transcript) or halt")
+	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
+	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
+}
+
+func (p *procFlags) config() (processor.Config, error) {
+	c := p.cfg
+	switch p.policy {
+	case "spill":
+		c.Policy = ledger.PolicySpill
+	case "halt":
+		c.Policy = ledger.PolicyHalt
+	default:
+		return c, fmt.Errorf("%w: --policy is %q; use spill or halt", errUsage, p.policy)
+	}
+	if c.Source == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "localhost"
+		}
+		c.Source = "urn:seamguard:processor:" + host
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return c, nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("%w: --log-level %q: use debug, info, warn or error", errUsage, level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format %q: use text or json", errUsage, format)
+}
+
+// startEmbedded starts the default server: JetStream stored under dataDir,
+// clients on listen.
+func startEmbedded(dataDir, listen string) (*server.Server, error) {
+	host, portS, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --listen %q: %v; use HOST:PORT such as 127.0.0.1:4222", errUsage, listen, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, fmt.Errorf("%w: --listen %q: the port must be a number from 0 to 65535", errUsage, listen)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create --data-dir: %w", err)
+	}
+	return embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: filepath.Join(dataDir, "jetstream")})
+}
+
+func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var conn connFlags
+	conn.register(fs, "NATS server or cluster to use, e.g. nats://a:4222,nats://b:4222 (default: start an embedded server)")
+	var pf procFlags
+	pf.register(fs)
+	dataDir := fs.String("data-dir", "seamguard-data", "where the embedded server stores JetStream data")
+	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
+	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: seamguard serve [flags]")
+		fmt.Fprintln(stderr, "\nRuns the processor. Without --nats-url it starts an embedded NATS server with")
+		fmt.Fprintln(stderr, "JetStream. Every flag can also be set by its environment variable: SEAMGUARD_ and")
+		fmt.Fprintln(stderr, "the flag name in upper case with '_' for '-', e.g. SEAMGUARD_NATS_URL.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, pos)
+	}
+	if err := applyEnv(fs); err != nil {
+		return err
+	}
+	if err := conn.validate(); err != nil {
+		return err
+	}
+	cfg, err := pf.config()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+
+	url := conn.url
+	if url == "" {
+		s, err := startEmbedded(*dataDir, *listen)
+		if err != nil {
+			return err
+		}
+		defer func() { s.Shutdown(); s.WaitForShutdown() }()
+		url = s.ClientURL()
+		log.Info("embedded NATS server with JetStream", "url", url, "data", *dataDir)
+	}
+	nc, err := conn.connect("seamguard serve", url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	p, err := processor.New(ctx, js, cfg, processor.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	if *rebuild {
+		rep, err := p.Rebuild(ctx, true)
+		if err != nil {
+			return fmt.Errorf("rebuild: %w", err)
+		}
+		log.Info("rebuilt session states from the events stream", "events", rep.Events, "sessions", rep.Sessions,
+			"differed", len(rep.Differ), "written", rep.Written, "republished", rep.Republished, "respilled", rep.Respilled)
+	}
+	fmt.Fprintf(stdout, "seamguard serving on %s: events on %s.events.<session>, verdicts on %s.verdicts.<session>.<kind>\n", url, cfg.Prefix, cfg.Prefix)
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	if err := nc.Drain(); err != nil && err != nats.ErrConnectionClosed {
+		log.Warn("drain", "err", err)
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+// Defaults of Config; a zero field means its default.
+const (
+	DefaultShards             = 8
+	DefaultQueueDepth         = 256
+	DefaultMaxBatch           = 128
+	DefaultAckWait            = 60 * time.Second
+	DefaultDurable            = "seamguard"
+	DefaultEventsMaxAge       = 7 * 24 * time.Hour
+	DefaultEventsDuplicates   = 10 * time.Minute
+	DefaultVerdictsMaxAge     = 0 // keep the audit log until an operator says otherwise
+	DefaultVerdictsDuplicates = 10 * time.Minute
+	DefaultReplicas           = 1
+	DefaultSpillRetries       = 3
+)
+
+// Config configures a Processor. Its zero value is a working single-server
+// setup with the names of CONTRACT.md: prefix "seamguard", streams
+// SEAMGUARD_EVENTS and SEAMGUARD_VERDICTS, bucket seamguard-sessions and
+// object store seamguard-spills. Call Validate to see every problem at once.
+type Config struct {
+	// Prefix is the first token(s) of every subject and the stem of every
+	// stream, bucket and object store name; empty means "seamguard".
+	Prefix string
+
+	// Replicas of every stream, bucket and object store; 0 means 1. Use 3
+	// on a cluster of three or more servers.
+	Replicas int
+	// EventsMaxAge is how long input events are kept; 0 means 7 days. A
+	// spill needs every event of the session it writes: sessions older than
+	// this halt instead of spilling.
+	EventsMaxAge time.Duration
+	// EventsDuplicates is the events stream's dedupe window on Nats-Msg-Id;
+	// 0 means 10 minutes. It must not exceed EventsMaxAge.
+	EventsDuplicates time.Duration
+	// VerdictsMaxAge is how long verdicts are kept; 0 means forever.
+	VerdictsMaxAge time.Duration
+	// VerdictsDuplicates is the verdict stream's dedupe window; 0 means 10
+	// minutes. A redelivered input re-publishes its verdicts under the same
+	// ids, so this must cover the longest redelivery delay (restarts).
+	VerdictsDuplicates time.Duration
+	// MemoryStorage keeps streams in memory instead of files (tests only).
+	MemoryStorage bool
+
+	// Durable is the name of the events consumer; empty means "seamguard".
+	Durable string
+	// Shards is the number of owner goroutines; 0 means 8. A session always
+	// goes to the same shard.
+	Shards int
+	// QueueDepth bounds each shard's queue; 0 means 256.
+	QueueDepth int
+	// MaxBatch bounds how many messages a shard handles per group commit;
+	// 0 means 128.
+	MaxBatch int
+	// AckWait is the consumer's ack deadline; 0 means 60s.
+	AckWait time.Duration
+	// MaxAckPending bounds unacknowledged messages; 0 means Shards*QueueDepth.
+	MaxAckPending int
+
+	// Source is the CloudEvents source of every verdict; empty means
+	// "urn:seamguard:processor".
+	Source string
+	// Policy says whether an unrecoverable compaction spills (the default)
+	// or halts.
+	Policy ledger.Policy
+	// SpillRetries is how many times a failing object store put is tried;
+	// 0 means 3.
+	SpillRetries int
+	// SpillVerify reads every spill back after writing it and checks its
+	// digest.
+	SpillVerify bool
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	set := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	set(&c.Replicas, DefaultReplicas)
+	setD(&c.EventsMaxAge, DefaultEventsMaxAge)
+	setD(&c.EventsDuplicates, DefaultEventsDuplicates)
+	setD(&c.VerdictsDuplicates, DefaultVerdictsDuplicates)
+	if c.EventsDuplicates > c.EventsMaxAge {
+		c.EventsDuplicates = c.EventsMaxAge
+	}
+	if c.VerdictsMaxAge > 0 && c.VerdictsDuplicates > c.VerdictsMaxAge {
+		c.VerdictsDuplicates = c.VerdictsMaxAge
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
+	set(&c.Shards, DefaultShards)
+	set(&c.QueueDepth, DefaultQueueDepth)
+	set(&c.MaxBatch, DefaultMaxBatch)
+	setD(&c.AckWait, DefaultAckWait)
+	set(&c.MaxAckPending, c.Shards*c.QueueDepth)
+	if c.Source == "" {
+		c.Source = events.DefaultSource
+	}
+	set(&c.SpillRetries, DefaultSpillRetries)
+	return c
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Subjects().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Replicas", c.Replicas}, {"Shards", c.Shards}, {"QueueDepth", c.QueueDepth}, {"MaxBatch", c.MaxBatch}, {"MaxAckPending", c.MaxAckPending}, {"SpillRetries", c.SpillRetries}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("processor: %s is %d; it must be 0 (the default) or more", f.name, f.v))
+		}
+	}
+	if c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("processor: Replicas is %d; JetStream allows at most 5", c.Replicas))
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
+		}
+	}
+	if c.EventsMaxAge > 0 && c.EventsDuplicates > c.EventsMaxAge {
+		errs = append(errs, fmt.Errorf("processor: EventsDuplicates %s exceeds EventsMaxAge %s; JetStream needs the dedupe window within the retention", c.EventsDuplicates, c.EventsMaxAge))
+	}
+	if c.AckWait > 0 && c.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("processor: AckWait %s is under a second; messages would be redelivered while they are being handled", c.AckWait))
+	}
+	if c.Durable != "" && strings.ContainsAny(c.Durable, ".*> \t") {
+		errs = append(errs, fmt.Errorf("processor: Durable %q may not hold '.', '*', '>' or white space", c.Durable))
+	}
+	if err := (ledger.Config{Policy: c.Policy}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Subjects returns the subject names of this configuration.
+func (c Config) Subjects() events.Subjects { return events.Subjects{Prefix: c.Prefix} }
+
+// Names are the JetStream resources of one deployment.
+type Names struct {
+	Events   string // input stream
+	Verdicts string // verdict stream
+	Sessions string // KV bucket of snapshots
+	Spills   string // object store
+}
+
+// Names derives the resource names from the prefix: "seamguard" gives
+// SEAMGUARD_EVENTS, SEAMGUARD_VERDICTS, seamguard-sessions, seamguard-spills.
+func (c Config) Names() Names {
+	p := c.Prefix
+	if p == "" {
+		p = events.DefaultPrefix
+	}
+	stem := strings.NewReplacer(".", "_", "-", "_").Replace(strings.ToUpper(p))
+	bucket := strings.ReplaceAll(p, ".", "-")
+	return Names{
+		Events:   stem + "_EVENTS",
+		Verdicts: stem + "_VERDICTS",
+		Sessions: bucket + "-sessions",
+		Spills:   bucket + "-spills",
+	}
+}

@@ -1,0 +1,35 @@
+// Package processor is seamguard's keyed stream processor on NATS JetStream:
+// all the I/O around the pure core of package ledger.
+//
+// Provision creates (or checks and updates) the events stream, the verdict
+// stream, the session bucket and the spill object store. A Processor then
+// consumes the events stream with one durable pull consumer and explicit
+// acks. A dispatcher hashes each message's subject to one of a fixed set of
+// shards; each shard is one goroutine with a bounded queue that owns its
+// sessions' ledgers outright (no locks, per-session order, no goroutine per
+// message).
+//
+// A shard works in group commits. For a batch of messages it decodes each,
+// Steps the session's ledger, writes the spill the ledger asks for (and
+// Steps its result), and publishes every output with Nats-Msg-Id set to the
+// output's deterministic id. Then it waits for every publish ack, stores each
+// touched session's state once (ledger snapshot plus the last applied stream
+// sequence, compare-and-swap on the bucket revision), and only then acks the
+// batch. Rejected inputs are terminated with their rejection code as the
+// reason, after their event.rejected verdict is durable, so a poison message
+// is never redelivered.
+//
+// Redelivery is harmless: an input at or below the stored sequence is acked
+// without being applied again, and an input whose effects were cut short by a
+// crash is stepped again from the stored state, which gives the same outputs
+// under the same ids, which the verdict stream's dedupe window drops.
+// Transient failures (publish, bucket, a lost connection) are retried in place
+// with backoff, so the session's order never changes; the ack deadline is
+// extended while a spill runs.
+//
+// Rebuild derives every session's state from the events stream alone and
+// compares it with the bucket (see its doc for how spill outcomes are found).
+//
+// Run drains on cancellation: it stops fetching and finishes what it fetched.
+// Abort stops at once, as a crash would.
+package processor

@@ -1,0 +1,152 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrIncompatible is returned (wrapped) when an existing stream, bucket or
+// object store cannot serve seamguard as configured. Provision never
+// reconfigures such a resource: an operator must decide.
+var ErrIncompatible = errors.New("processor: incompatible existing resource")
+
+// Resources are the JetStream handles a processor works with.
+type Resources struct {
+	Events   jetstream.Stream
+	Verdicts jetstream.Stream
+	Sessions jetstream.KeyValue
+	Spills   jetstream.ObjectStore
+}
+
+// Provision creates the streams, the session bucket and the spill object
+// store of c, or checks and updates existing ones. It is idempotent. Settings
+// that JetStream can change in place (retention age, dedupe window, replicas)
+// are updated to c; a difference that cannot be changed in place, or that
+// would change what the resource holds (subjects, storage type, retention
+// policy, discard policy), is an error wrapping ErrIncompatible that names the
+// field and both values.
+func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resources, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	n := c.Names()
+	subj := c.Subjects()
+	storage := jetstream.FileStorage
+	if c.MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	var res Resources
+	var err error
+	res.Events, err = ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        n.Events,
+		Description: "seamguard: session events published by agents",
+		Subjects:    []string{subj.Prefix + ".events.>"},
+		Storage:     storage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.EventsMaxAge,
+		Duplicates:  c.EventsDuplicates,
+		Replicas:    c.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Verdicts, err = ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        n.Verdicts,
+		Description: "seamguard: verdicts, the durable audit log",
+		Subjects:    []string{subj.Prefix + ".verdicts.>"},
+		Storage:     storage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.VerdictsMaxAge,
+		Duplicates:  c.VerdictsDuplicates,
+		Replicas:    c.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Sessions, err = js.KeyValue(ctx, n.Sessions)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		res.Sessions, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: n.Sessions, Description: "seamguard: session ledgers and the last applied event sequence",
+			History: 1, Storage: storage, Replicas: c.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("processor: create bucket %s: %w", n.Sessions, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("processor: bucket %s: %w", n.Sessions, err)
+	default:
+		st, err := res.Sessions.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("processor: bucket %s: %w", n.Sessions, err)
+		}
+		if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage != storage {
+			return nil, fmt.Errorf("%w: bucket %s has %s storage, the configuration asks for %s", ErrIncompatible, n.Sessions, info.StreamInfo().Config.Storage, storage)
+		}
+	}
+	res.Spills, err = js.ObjectStore(ctx, n.Spills)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+		res.Spills, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: n.Spills, Description: "seamguard: lossless session transcripts",
+			Storage: storage, Replicas: c.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("processor: create object store %s: %w", n.Spills, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("processor: object store %s: %w", n.Spills, err)
+	}
+	return &res, nil
+}
+
+// ensureStream creates want, or checks an existing stream of that name
+// against it and updates what may change in place.
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if err != nil {
+			return nil, fmt.Errorf("processor: create stream %s: %w", want.Name, err)
+		}
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("processor: stream %s: %w", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	var bad []string
+	if !slices.Equal(have.Subjects, want.Subjects) {
+		bad = append(bad, fmt.Sprintf("subjects are %v, the configuration asks for %v", have.Subjects, want.Subjects))
+	}
+	if have.Storage != want.Storage {
+		bad = append(bad, fmt.Sprintf("storage is %s, the configuration asks for %s", have.Storage, want.Storage))
+	}
+	if have.Retention != want.Retention {
+		bad = append(bad, fmt.Sprintf("retention is %s, seamguard needs %s", have.Retention, want.Retention))
+	}
+	if have.Discard != want.Discard {
+		bad = append(bad, fmt.Sprintf("discard policy is %s, seamguard needs %s", have.Discard, want.Discard))
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("%w: stream %s: %v; change the configuration (prefix, storage) or migrate the stream by hand", ErrIncompatible, want.Name, bad)
+	}
+	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas {
+		return s, nil
+	}
+	upd := have
+	upd.MaxAge, upd.Duplicates, upd.Replicas = want.MaxAge, want.Duplicates, want.Replicas
+	s, err = js.UpdateStream(ctx, upd)
+	if err != nil {
+		return nil, fmt.Errorf("processor: update stream %s (max age %s, duplicates %s, replicas %d): %w", want.Name, want.MaxAge, want.Duplicates, want.Replicas, err)
+	}
+	return s, nil
+}
+

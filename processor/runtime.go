@@ -1,0 +1,566 @@
+package processor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor/ledger"
+	"github.com/seamguard/seamguard/spill"
+)
+
+// Processor is the keyed stream processor: it consumes the events stream with
+// a durable pull consumer, runs each session's events through the pure core
+// on the session's owner goroutine, publishes the verdicts, writes spills,
+// stores the session state and only then acknowledges the input.
+//
+// Create it with New; Run it once. Abort may be called from any goroutine.
+type Processor struct {
+	cfg    Config
+	js     jetstream.JetStream
+	res    *Resources
+	store  *spill.Store
+	enc    events.Encoder
+	subj   events.Subjects
+	log    *slog.Logger
+	now    func() time.Time
+	status func() nats.Status
+
+	mu    sync.Mutex
+	abort context.CancelFunc
+}
+
+// Option adjusts a Processor for tests.
+type Option func(*Processor)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(p *Processor) { p.log = l } }
+
+// WithClock sets the clock that stamps verdict times; the default is time.Now.
+func WithClock(now func() time.Time) Option { return func(p *Processor) { p.now = now } }
+
+// New validates cfg, provisions the streams, bucket and object store, and
+// returns a Processor ready to Run.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option) (*Processor, error) {
+	res, err := Provision(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Processor{
+		cfg:  cfg,
+		js:   js,
+		res:  res,
+		subj: cfg.Subjects(),
+		log:  slog.New(slog.DiscardHandler),
+		now:  time.Now,
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	p.enc = events.Encoder{Source: cfg.Source, Subjects: p.subj, Now: p.now}
+	p.store = &spill.Store{
+		JS: js, Stream: cfg.Names().Events, Subjects: p.subj, Bucket: cfg.Names().Spills,
+		Retries: cfg.SpillRetries, Verify: cfg.SpillVerify,
+	}
+	p.status = js.Conn().Status
+	return p, nil
+}
+
+// Resources returns the JetStream handles the processor provisioned.
+func (p *Processor) Resources() *Resources { return p.res }
+
+// Config returns the configuration in force, defaults filled in.
+func (p *Processor) Config() Config { return p.cfg }
+
+// Run consumes until ctx is cancelled, then drains: it stops fetching,
+// finishes every message already fetched (publishing, storing and acking), and
+// returns nil. It returns an error if the consumer cannot be created or the
+// processor hits a failure it cannot retry. Abort stops it without draining.
+func (p *Processor) Run(ctx context.Context) error {
+	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	p.mu.Lock()
+	p.abort = cancel
+	p.mu.Unlock()
+
+	cons, err := p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, jetstream.ConsumerConfig{
+		Durable:       p.cfg.Durable,
+		Description:   "seamguard processor",
+		FilterSubject: p.subj.Prefix + ".events.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       p.cfg.AckWait,
+		MaxAckPending: p.cfg.MaxAckPending,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.Durable, p.cfg.Names().Events, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(p.cfg.MaxBatch * 2))
+	if err != nil {
+		return fmt.Errorf("processor: consume: %w", err)
+	}
+
+	shards := make([]*shard, p.cfg.Shards)
+	errs := make(chan error, len(shards))
+	var wg sync.WaitGroup
+	for i := range shards {
+		shards[i] = &shard{p: p, q: make(chan jetstream.Msg, p.cfg.QueueDepth), sessions: map[string]*session{}}
+		wg.Add(1)
+		go func(s *shard) {
+			defer wg.Done()
+			if err := s.run(hard); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- err
+				cancel()
+			}
+		}(shards[i])
+	}
+	// Stop fetching when ctx ends (drain) or the hard context does (abort).
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Drain()
+		case <-hard.Done():
+			it.Stop()
+		}
+	}()
+	p.log.Info("processor running", "stream", p.cfg.Names().Events, "consumer", p.cfg.Durable, "shards", p.cfg.Shards)
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				p.log.Warn("consumer stopped", "err", err)
+			}
+			break
+		}
+		s := shards[shardOf(msg.Subject(), len(shards))]
+		select {
+		case s.q <- msg:
+		case <-hard.Done():
+		}
+	}
+	for _, s := range shards {
+		close(s.q)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	p.log.Info("processor stopped")
+	return nil
+}
+
+// Abort stops Run at once, without draining: messages in flight are neither
+// finished nor acknowledged and will be redelivered, as after a crash.
+func (p *Processor) Abort() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.abort != nil {
+		p.abort()
+	}
+}
+
+func shardOf(subject string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(subject))
+	return int(h.Sum32() % uint32(n))
+}
+
+// session is a shard's cached state of one session.
+type session struct {
+	id    string
+	l     ledger.Ledger
+	seq   uint64 // last applied stream sequence
+	rev   uint64 // KV revision of the stored state; 0 when none is stored
+	dirty bool
+}
+
+// shard owns the sessions whose subjects hash to it. Only its goroutine
+// touches its map and ledgers.
+type shard struct {
+	p        *Processor
+	q        chan jetstream.Msg
+	sessions map[string]*session
+}
+
+func (s *shard) run(ctx context.Context) error {
+	batch := make([]jetstream.Msg, 0, s.p.cfg.MaxBatch)
+	for {
+		var m jetstream.Msg
+		var ok bool
+		select {
+		case m, ok = <-s.q:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !ok {
+			return nil
+		}
+		batch = append(batch[:0], m)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case m, ok := <-s.q:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		if err := s.handle(ctx, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// ack is what to do with one input once its effects are durable.
+type ack struct {
+	msg  jetstream.Msg
+	term string // non-empty: terminate with this reason instead of acking
+}
+
+// handle runs a batch: steps every message, publishes the outputs
+// asynchronously, waits for every publish ack, stores every touched session
+// once (a group commit), and only then acknowledges the inputs.
+func (s *shard) handle(ctx context.Context, batch []jetstream.Msg) error {
+	p := s.p
+	acks := make([]ack, 0, len(batch))
+	var pubs []published
+	var touched []*session
+	for _, m := range batch {
+		meta, err := m.Metadata()
+		if err != nil {
+			p.log.Error("message without JetStream metadata", "subject", m.Subject(), "err", err)
+			acks = append(acks, ack{msg: m, term: "seamguard: no JetStream metadata"})
+			continue
+		}
+		seq := meta.Sequence.Stream
+		var sess *session
+		sid, serr := p.subj.SessionOf(m.Subject())
+		if serr == nil {
+			sess, err = s.load(ctx, sid)
+			if err != nil {
+				return err
+			}
+			if seq <= sess.seq {
+				acks = append(acks, ack{msg: m}) // applied before a restart: never twice
+				continue
+			}
+		}
+		outs, term, err := p.step(ctx, sess, m, seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+			return s.spill(ctx, m, req)
+		})
+		if err != nil {
+			if sess != nil {
+				delete(s.sessions, sess.id) // its ledger waits for a spill result
+			}
+			return err
+		}
+		for _, o := range outs {
+			pub, err := p.publish(ctx, o)
+			if err != nil {
+				return err
+			}
+			pubs = append(pubs, pub)
+		}
+		if sess != nil {
+			sess.seq = seq
+			if !sess.dirty {
+				sess.dirty = true
+				touched = append(touched, sess)
+			}
+		}
+		acks = append(acks, ack{msg: m, term: term})
+	}
+	for _, pub := range pubs {
+		if err := p.confirm(ctx, pub); err != nil {
+			return err
+		}
+	}
+	for _, sess := range touched {
+		if err := s.store(ctx, sess); err != nil {
+			return err
+		}
+	}
+	for _, a := range acks {
+		var err error
+		if a.term != "" {
+			err = a.msg.TermWithReason(a.term)
+		} else {
+			err = a.msg.Ack()
+		}
+		if err != nil {
+			// The effects are durable; a lost ack means a redelivery that
+			// the stored sequence skips.
+			p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
+		}
+	}
+	return nil
+}
+
+// spillFunc writes (or, in a rebuild, looks up) the spill a ledger asked
+// for. An error means the input cannot be decided now and must be retried.
+type spillFunc func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error)
+
+// step decodes m and runs it through the session's ledger (sess is nil when
+// the subject names no valid session), including the spill the ledger may ask
+// for. It returns the outputs to publish and, for a rejected input, the reason
+// to terminate it with. The runtime and Rebuild share it, so both decide alike.
+func (p *Processor) step(ctx context.Context, sess *session, m jetstream.Msg, seq uint64, spillFn spillFunc) ([]events.Output, string, error) {
+	ev, derr := events.DecodeMsg(m.Subject(), m.Headers(), m.Data(), p.subj)
+	if derr != nil {
+		var e *events.Error
+		if !errors.As(derr, &e) {
+			e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
+		}
+		sid := ""
+		if sess != nil {
+			sid = sess.id
+		}
+		cause := events.Cause{Meta: events.Meta{Subject: m.Subject(), Seq: seq, Headers: headerMap(m.Headers())}}
+		return []events.Output{ledger.Rejection(cause, sid, e)}, "seamguard: rejected: " + string(e.Code), nil
+	}
+	ev.Meta.Seq = seq
+	cfg := ledger.Config{Policy: p.cfg.Policy}
+	res, err := ledger.Step(&sess.l, ledger.Input{Event: ev}, cfg)
+	if err != nil {
+		// Only a broken protocol between runtime and core gets here.
+		return nil, "", fmt.Errorf("processor: session %s seq %d: %w", sess.id, seq, err)
+	}
+	outs := res.Outputs
+	term := ""
+	if !res.Accepted && !res.Duplicate && len(outs) == 1 && outs[0].Type == events.TypeEventRejected {
+		term = "seamguard: rejected: " + string(outs[0].Data.(*events.EventRejected).Code)
+	}
+	if res.Spill != nil {
+		result, err := spillFn(ctx, *res.Spill)
+		if err != nil {
+			// Undo nothing by hand: the caller drops the session from its
+			// cache, so the stored state is read again on redelivery.
+			return nil, "", err
+		}
+		res2, err := ledger.Step(&sess.l, ledger.Input{Spill: &result}, cfg)
+		if err != nil {
+			return nil, "", fmt.Errorf("processor: session %s seq %d: %w", sess.id, seq, err)
+		}
+		outs = append(outs, res2.Outputs...)
+	}
+	return outs, term, nil
+}
+
+// spill writes the transcript the ledger asked for. Failures of the
+// transcript or of the object store (after the store's own retries) become
+// the result that halts the session; a cancelled context or a lost NATS
+// connection is not the session's fault and returns an error instead, so the
+// input is redelivered and decided again.
+func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequest) (ledger.SpillResult, error) {
+	p := s.p
+	stop := keepAlive(ctx, m, p.cfg.AckWait/3)
+	defer stop()
+	for attempt := 0; ; attempt++ {
+		h, err := p.store.Write(ctx, req)
+		if err == nil {
+			p.log.Info("spilled", "session", req.Session, "name", req.Name, "bytes", h.Size, "events", h.Events)
+			return ledger.SpillResult{Handle: h}, nil
+		}
+		if ctx.Err() != nil {
+			return ledger.SpillResult{}, ctx.Err()
+		}
+		if !errors.Is(err, spill.ErrIncomplete) && p.status() != nats.CONNECTED {
+			p.log.Warn("spill interrupted by the NATS connection; retrying", "session", req.Session, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return ledger.SpillResult{}, err
+			}
+			continue
+		}
+		p.log.Warn("spill failed; the session halts", "session", req.Session, "err", err)
+		return ledger.SpillResult{Failure: err.Error()}, nil
+	}
+}
+
+// keepAlive tells the server every interval that m is still being worked on.
+func keepAlive(ctx context.Context, m jetstream.Msg, every time.Duration) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// published is one output on its way to the verdict stream.
+type published struct {
+	msg *nats.Msg
+	id  string
+	f   jetstream.PubAckFuture
+}
+
+func (p *Processor) publish(ctx context.Context, o events.Output) (published, error) {
+	id, subject, body, err := p.enc.Encode(o)
+	if err != nil {
+		return published{}, fmt.Errorf("processor: encode %s: %w", o.Type, err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	msg.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
+	msg.Header.Set(jetstream.MsgIDHeader, id)
+	pub := published{msg: msg, id: id}
+	for attempt := 0; ; attempt++ {
+		pub.f, err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
+		if err == nil {
+			return pub, nil
+		}
+		p.log.Warn("publish failed; retrying", "subject", subject, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return pub, err
+		}
+	}
+}
+
+// confirm waits for a publish ack, republishing (same id, so at most once in
+// the stream) until the server confirms or ctx ends.
+func (p *Processor) confirm(ctx context.Context, pub published) error {
+	for attempt := 0; ; attempt++ {
+		var err error
+		select {
+		case <-pub.f.Ok():
+			return nil
+		case err = <-pub.f.Err():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+		for {
+			pub.f, err = p.js.PublishMsgAsync(pub.msg, jetstream.WithMsgID(pub.id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
+			if err == nil {
+				break
+			}
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// load returns the cached session, reading its stored state on first use.
+func (s *shard) load(ctx context.Context, id string) (*session, error) {
+	if sess := s.sessions[id]; sess != nil {
+		return sess, nil
+	}
+	kv := s.p.res.Sessions
+	for attempt := 0; ; attempt++ {
+		e, err := kv.Get(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			sess := &session{id: id}
+			s.sessions[id] = sess
+			return sess, nil
+		case err == nil:
+			st, err := UnmarshalState(e.Value())
+			if err != nil {
+				// A corrupt state must not be silently replaced: stop and
+				// let an operator rebuild it from the events stream.
+				return nil, fmt.Errorf("processor: session %s: %w; run seamguard serve --rebuild", id, err)
+			}
+			sess := &session{id: id, l: st.Ledger, seq: st.Seq, rev: e.Revision()}
+			s.sessions[id] = sess
+			return sess, nil
+		}
+		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// errFenced means another writer changed a session's stored state.
+var errFenced = errors.New("processor: session state changed by another writer")
+
+// store writes a session's state with compare-and-swap on its revision.
+func (s *shard) store(ctx context.Context, sess *session) error {
+	p := s.p
+	val, err := MarshalState(sess.seq, &sess.l)
+	if err != nil {
+		return fmt.Errorf("processor: session %s: %w", sess.id, err)
+	}
+	kv := p.res.Sessions
+	for attempt := 0; ; attempt++ {
+		var rev uint64
+		if sess.rev == 0 {
+			rev, err = kv.Create(ctx, sess.id, val)
+		} else {
+			rev, err = kv.Update(ctx, sess.id, val, sess.rev)
+		}
+		if err == nil {
+			sess.rev, sess.dirty = rev, false
+			if sess.l.Closed() {
+				delete(s.sessions, sess.id) // closed: nothing more to cache
+			}
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			// Our own earlier attempt may have landed with its reply lost.
+			if e, gerr := kv.Get(ctx, sess.id); gerr == nil && bytes.Equal(e.Value(), val) {
+				sess.rev, sess.dirty = e.Revision(), false
+				return nil
+			}
+			delete(s.sessions, sess.id)
+			return fmt.Errorf("%w: %s (revision %d)", errFenced, sess.id, sess.rev)
+		}
+		p.log.Warn("storing session state failed; retrying", "session", sess.id, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+func headerMap(h nats.Header) map[string][]string {
+	out := make(map[string][]string, len(h))
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// backoff is the delay before retry attempt n: 50ms doubling to 2s.
+func backoff(n int) time.Duration {
+	d := 50 * time.Millisecond << min(n, 6)
+	return min(d, 2*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
