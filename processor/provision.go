@@ -149,4 +149,3 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	return s, nil
 }
-

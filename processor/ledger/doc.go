@@ -24,12 +24,25 @@
 //   - session.resumed on a session that is not halted is accepted and changes
 //     nothing; a second session.closed is rejected as session_closed;
 //   - duplicates: an event whose (source, id) is among the last 8 accepted
-//     ones, or among the last 16 events of the same request_id, produces no
-//     output and changes nothing. Older duplicates are stopped by JetStream's
-//     dedupe window first; a very late duplicate turn is rejected as
-//     offset_conflict, so it is never applied twice;
+//     ones produces no output and changes nothing. Events whose replay
+//     would change state are remembered longer: compaction requests and
+//     commits by the last 16 ids of their request_id, session.resumed by
+//     the last 64 ids, so a stale copy never re-decides a request, puts back
+//     an older summary coverage, or lifts a later halt. Other duplicates are
+//     idempotent (opens, truncations) or stopped by JetStream's dedupe
+//     window; a very late duplicate turn is rejected as offset_conflict, so
+//     it is never applied twice;
+//   - a ledger belongs to the session of its first accepted event; a
+//     rejected event, even the first, leaves the ledger byte-for-byte as it
+//     was; a session closed while halted keeps its halt ranges;
 //   - recovered_by names the newest spill: every spill holds every received
 //     offset of [0, head) at its time, so the newest holds all that any holds.
+//
+// seamguard refuses every compaction the seed's reference check refuses,
+// except where that check's floor start (tail_start - span) is negative or
+// the span is 0: there it refuses compactions that lose nothing (the offsets
+// it names do not exist or sit in the verbatim tail), and the contract's
+// clamped reach allows them. seedcheck_test.go shows both halves.
 //
 // A Ledger is not safe for concurrent use: one goroutine owns it.
 package ledger

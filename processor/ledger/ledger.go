@@ -85,8 +85,12 @@ func (c unitCode) unit() events.Unit {
 // recentIDs is how many event ids a ledger remembers to drop duplicates.
 const recentIDs = 8
 
-// maxEvalIDs bounds how many event ids one request_id remembers.
+// maxEvalIDs bounds how many event ids one request_id remembers, for its
+// requests and for its commits.
 const maxEvalIDs = 16
+
+// maxResumeIDs bounds how many session.resumed ids a ledger remembers.
+const maxResumeIDs = 64
 
 // request is what the ledger remembers of one request_id.
 type request struct {
@@ -94,6 +98,7 @@ type request struct {
 	allowed   bool     // the latest such evaluation allowed it
 	coverage  RangeSet // C of the latest such evaluation
 	ids       []uint64 // hashes of the event ids that asked for it
+	commits   []uint64 // hashes of the event ids that committed it
 }
 
 // pending is a compaction waiting for its spill (rule 4).
@@ -130,6 +135,7 @@ type Ledger struct {
 	haltReq   string              // request that halted the session
 	requests  map[string]*request // by request_id
 	pending   *pending            // the compaction waiting for its spill
+	resumes   []uint64            // hashes of the session.resumed ids applied
 	recent    [recentIDs]uint64   // hashes of the last accepted event ids
 	recentPos uint8
 }
@@ -212,9 +218,6 @@ func Step(l *Ledger, in Input, cfg Config) (Result, error) {
 		if l.session != "" && ev.Subject != l.session {
 			return Result{}, fmt.Errorf("%w: ledger of %q, event for %q", ErrWrongSession, l.session, ev.Subject)
 		}
-		if l.session == "" {
-			l.session = ev.Subject
-		}
 		return l.step(ev, cfg), nil
 	}
 	return Result{}, ErrEmptyInput
@@ -236,15 +239,18 @@ func (l *Ledger) step(ev *events.Event, cfg Config) Result {
 	case *events.CompactionRequested:
 		res = l.request(ev, b, h, cfg)
 	case *events.CompactionCommitted:
-		res = l.commit(ev, b)
+		res = l.commit(ev, b, h)
 	case *events.SessionResumed:
-		res = l.resume(ev, b)
+		res = l.resume(ev, b, h)
 	case *events.SessionClosed:
 		res = l.close(ev)
 	default:
 		res = reject(ev, events.Errorf(events.CodeUnknownType, "type", "type %q has no data seamguard can apply; use one of the io.seamguard input types", ev.Type))
 	}
 	if res.Accepted {
+		if l.session == "" {
+			l.session = ev.Subject
+		}
 		l.remember(h)
 		l.accepted++
 		l.lastSeq = ev.Meta.Seq
@@ -382,13 +388,19 @@ func (l *Ledger) truncate(ev *events.Event, b *events.ContextTruncated) Result {
 	return accepted()
 }
 
-func (l *Ledger) resume(ev *events.Event, b *events.SessionResumed) Result {
+func (l *Ledger) resume(ev *events.Event, b *events.SessionResumed, h uint64) Result {
 	if e := l.lifecycle(ev); e != nil {
 		return reject(ev, e)
 	}
 	if strings.TrimSpace(b.Note) == "" {
 		return reject(ev, events.Errorf(events.CodeBadData, "data.note", "note is required: say why the lost offsets are accepted"))
 	}
+	// An operator's resume is applied once, however late a copy arrives:
+	// a stale copy must never lift a later halt.
+	if slices.Contains(l.resumes, h) {
+		return Result{Duplicate: true}
+	}
+	l.resumes = appendBounded(l.resumes, h, maxResumeIDs)
 	if l.status == statusHalted {
 		if l.halt != nil {
 			l.waived.AddSet(*l.halt)
@@ -408,7 +420,7 @@ func (l *Ledger) close(ev *events.Event) Result {
 	return accepted()
 }
 
-func (l *Ledger) commit(ev *events.Event, b *events.CompactionCommitted) Result {
+func (l *Ledger) commit(ev *events.Event, b *events.CompactionCommitted, h uint64) Result {
 	if e := l.lifecycle(ev); e != nil {
 		return reject(ev, e)
 	}
@@ -421,6 +433,11 @@ func (l *Ledger) commit(ev *events.Event, b *events.CompactionCommitted) Result 
 			"compaction %q was committed but seamguard never decided it; nothing changed. Publish io.seamguard.compaction.requested and wait for its verdict before committing",
 			b.RequestID)))
 	}
+	// A late copy of an old commit must not put back an older coverage.
+	if slices.Contains(rec.commits, h) {
+		return Result{Duplicate: true}
+	}
+	rec.commits = appendBounded(rec.commits, h, maxEvalIDs)
 	l.committed = rec.coverage.Clone()
 	if rec.allowed {
 		return accepted()
@@ -428,6 +445,14 @@ func (l *Ledger) commit(ev *events.Event, b *events.CompactionCommitted) Result 
 	return accepted(violation(ev, b.RequestID, fmt.Sprintf(
 		"compaction %q was committed although its latest verdict refused it; the summary coverage is now %s and offsets outside it and the tail may be lost. Re-read the spilled transcript or stop the agent",
 		b.RequestID, FormatRanges(rec.coverage.Ranges()))))
+}
+
+// appendBounded appends x to ids, dropping the oldest beyond limit.
+func appendBounded(ids []uint64, x uint64, limit int) []uint64 {
+	if len(ids) >= limit {
+		ids = slices.Delete(ids, 0, len(ids)-limit+1)
+	}
+	return append(ids, x)
 }
 
 func violation(ev *events.Event, requestID, msg string) events.Output {
@@ -474,10 +499,7 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 		}
 		l.requests[b.RequestID] = rec
 	}
-	if len(rec.ids) == maxEvalIDs {
-		rec.ids = slices.Delete(rec.ids, 0, 1)
-	}
-	rec.ids = append(rec.ids, h)
+	rec.ids = appendBounded(rec.ids, h, maxEvalIDs)
 
 	// Rule 1: invalid requests and halted sessions.
 	if msg := l.invalid(b); msg != "" {

@@ -503,7 +503,7 @@ func TestProtocolErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrEmptyInput)
 	_, err = Step(&l, Input{Spill: &SpillResult{}}, Config{})
 	assert.ErrorIs(t, err, ErrNoSpillPending)
-	_, err = Step(&l, Input{Event: &events.Event{Subject: "a", Body: &events.SessionClosed{}}}, Config{})
+	_, err = Step(&l, Input{Event: &events.Event{Subject: "a", Body: &events.SessionOpened{Unit: events.UnitTurns, RecoveryFloor: events.Floor{Unit: events.UnitTurns}}}}, Config{})
 	require.NoError(t, err)
 	_, err = Step(&l, Input{Event: &events.Event{Subject: "b", Body: &events.SessionClosed{}}}, Config{})
 	assert.True(t, errors.Is(err, ErrWrongSession))

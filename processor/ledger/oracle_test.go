@@ -237,6 +237,7 @@ const (
 const (
 	orcRecent     = 8
 	orcRequestIDs = 16
+	orcResumeIDs  = 64
 )
 
 type orcPair struct{ source, id string }
@@ -246,6 +247,7 @@ type orcRequest struct {
 	allowed   bool
 	coverage  orcBits
 	ids       []orcPair
+	commits   []orcPair
 }
 
 type orcSpill struct {
@@ -283,6 +285,7 @@ type orcLedger struct {
 	requests map[string]*orcRequest
 	pending  *orcPending
 	recent   []orcPair // last accepted (source, id), oldest first
+	resumes  []orcPair // session.resumed applied, oldest first
 }
 
 // clone returns a deep copy.
@@ -290,10 +293,12 @@ func (o *orcLedger) clone() *orcLedger {
 	c := *o
 	c.spills = append([]orcSpill(nil), o.spills...)
 	c.recent = append([]orcPair(nil), o.recent...)
+	c.resumes = append([]orcPair(nil), o.resumes...)
 	c.requests = make(map[string]*orcRequest, len(o.requests))
 	for k, v := range o.requests {
 		r := *v
 		r.ids = append([]orcPair(nil), v.ids...)
+		r.commits = append([]orcPair(nil), v.commits...)
 		c.requests[k] = &r
 	}
 	if o.pending != nil {
@@ -315,7 +320,9 @@ func orcOK(outs ...orcOut) orcObs { return orcObs{Accepted: true, Outs: outs} }
 
 // event applies one input event, the way CONTRACT.md and doc.go say.
 func (o *orcLedger) event(ev *events.Event, cfg Config) orcObs {
-	if o.session == "" {
+	// The ledger belongs to the session of its first accepted event (it
+	// is opened then): a rejected event leaves no trace.
+	if o.status == orcNew {
 		o.session = ev.Subject
 	}
 	p := orcPair{ev.Source, ev.ID}
@@ -421,6 +428,17 @@ func (o *orcLedger) resume(ev *events.Event, b *events.SessionResumed) orcObs {
 	if strings.TrimSpace(b.Note) == "" {
 		return orcReject(ev, events.CodeBadData)
 	}
+	// A resume is applied once however late a copy comes (doc.go).
+	p := orcPair{ev.Source, ev.ID}
+	for _, q := range o.resumes {
+		if q == p {
+			return orcObs{Duplicate: true}
+		}
+	}
+	o.resumes = append(o.resumes, p)
+	if len(o.resumes) > orcResumeIDs {
+		o.resumes = o.resumes[1:]
+	}
 	if o.status == orcHalted {
 		// The ranges unrecoverable at this moment become waived.
 		o.waived = o.waived.or(o.halt)
@@ -448,6 +466,17 @@ func (o *orcLedger) commit(ev *events.Event, b *events.CompactionCommitted) orcO
 	rec := o.requests[b.RequestID]
 	if rec == nil || !rec.evaluated {
 		return orcOK(v) // never decided: a violation, nothing changes
+	}
+	// A commit is applied once however late a copy comes (doc.go).
+	p := orcPair{ev.Source, ev.ID}
+	for _, q := range rec.commits {
+		if q == p {
+			return orcObs{Duplicate: true}
+		}
+	}
+	rec.commits = append(rec.commits, p)
+	if len(rec.commits) > orcRequestIDs {
+		rec.commits = rec.commits[1:]
 	}
 	o.committed = rec.coverage
 	if rec.allowed {

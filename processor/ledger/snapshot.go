@@ -56,11 +56,10 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 		w.flag(r.evaluated)
 		w.flag(r.allowed)
 		w.set(r.coverage)
-		w.u(uint64(len(r.ids)))
-		for _, id := range r.ids {
-			w.b = binary.LittleEndian.AppendUint64(w.b, id)
-		}
+		w.ids(r.ids)
+		w.ids(r.commits)
 	}
+	w.ids(l.resumes)
 	w.flag(l.pending != nil)
 	if p := l.pending; p != nil {
 		w.s(p.cause.ID)
@@ -123,16 +122,12 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 			}
 			prev = key
 			q := &request{evaluated: r.flag(), allowed: r.flag(), coverage: r.set()}
-			ids := r.count()
-			if ids > maxEvalIDs {
-				r.fail("too many ids for one request")
-			}
-			for j := 0; j < ids && r.err == nil; j++ {
-				q.ids = append(q.ids, r.fixed())
-			}
+			q.ids = r.ids(maxEvalIDs)
+			q.commits = r.ids(maxEvalIDs)
 			n.requests[key] = q
 		}
 	}
+	n.resumes = r.ids(maxResumeIDs)
 	if r.flag() {
 		p := &pending{}
 		p.cause.ID = r.s()
@@ -180,8 +175,9 @@ func (l *Ledger) check() error {
 	if l.truncated.Max() > l.head || l.spilled.Max() > l.head {
 		return bad("truncated or spilled offsets beyond head")
 	}
-	if (l.status == statusHalted) != (l.halt != nil) {
-		return bad("halt ranges without a halted status, or the reverse")
+	// A closed session keeps the halt it was closed in.
+	if (l.status == statusHalted && l.halt == nil) || (l.halt != nil && l.status != statusHalted && l.status != statusClosed) {
+		return bad("halt ranges without a halted or closed status, or a halt without ranges")
 	}
 	if l.head > events.MaxOffset || l.span > events.MaxOffset {
 		return bad("offset above the maximum")
@@ -209,6 +205,14 @@ func (w *writer) set(s RangeSet) {
 		w.u(r.Start - prev)
 		w.u(r.End - r.Start)
 		prev = r.End
+	}
+}
+
+// ids writes a count and that many fixed-width hashes.
+func (w *writer) ids(xs []uint64) {
+	w.u(uint64(len(xs)))
+	for _, x := range xs {
+		w.b = binary.LittleEndian.AppendUint64(w.b, x)
 	}
 }
 
@@ -326,6 +330,20 @@ func (r *reader) set() RangeSet {
 		prev = start + n
 	}
 	return RangeSet{r: out}
+}
+
+// ids reads what writer.ids wrote, at most limit hashes; nil for none.
+func (r *reader) ids(limit int) []uint64 {
+	k := r.count()
+	if k > limit {
+		r.fail("too many ids")
+		return nil
+	}
+	var out []uint64
+	for j := 0; j < k && r.err == nil; j++ {
+		out = append(out, r.fixed())
+	}
+	return out
 }
 
 func (r *reader) handle() *events.SpillHandle {
