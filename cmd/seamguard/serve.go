@@ -36,6 +36,8 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.policy, "policy", "spill", "what an unrecoverable compaction gets: spill (refuse and spill the transcript) or halt")
 	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
+	p.cfg.AckWait = processor.DefaultAckWait
+	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
 }
 
 func (p *procFlags) config() (processor.Config, error) {

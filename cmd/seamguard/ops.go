@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/spill"
+)
+
+const defaultURL = "nats://127.0.0.1:4222"
+
+// clientFlags are what every client command needs: where NATS is and the
+// deployment's prefix.
+type clientFlags struct {
+	conn   connFlags
+	prefix string
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	c.conn.url = defaultURL
+	c.conn.register(fs, "NATS server or cluster where seamguard runs")
+	fs.StringVar(&c.prefix, "prefix", "seamguard", "the deployment's subject prefix")
+}
+
+// open parses the common flags and connects.
+func (c *clientFlags) open(fs *flag.FlagSet, name string) (*nats.Conn, jetstream.JetStream, processor.Config, error) {
+	cfg := processor.Config{Prefix: c.prefix}
+	if err := applyEnv(fs); err != nil {
+		return nil, nil, cfg, err
+	}
+	cfg.Prefix = c.prefix
+	if err := c.conn.validate(); err != nil {
+		return nil, nil, cfg, err
+	}
+	if err := cfg.Subjects().Validate(); err != nil {
+		return nil, nil, cfg, fmt.Errorf("%w: --prefix: %v", errUsage, err)
+	}
+	nc, err := c.conn.connect(name, "")
+	if err != nil {
+		return nil, nil, cfg, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, cfg, err
+	}
+	return nc, js, cfg, nil
+}
+
+func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "get" {
+		return fmt.Errorf("%w: use: seamguard spill get NAME [-o FILE]", errUsage)
+	}
+	fs := flag.NewFlagSet("spill get", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	out := fs.String("o", "", "write the transcript to FILE (default: standard output)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: seamguard spill get NAME [-o FILE]")
+		fmt.Fprintln(stderr, "\nReads a spill (NAME as in its handle, e.g. my-session/1.jsonl) and verifies its digest.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: spill get takes one spill name, such as my-session/1.jsonl", errUsage)
+	}
+	name := pos[0]
+	nc, js, cfg, err := cf.open(fs, "seamguard spill get")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	store := &spill.Store{JS: js, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
+
+	var w io.Writer = stdout
+	var tmp *os.File
+	if *out != "" && *out != "-" {
+		tmp, err = os.CreateTemp(filepath.Dir(*out), ".spill-*")
+		if err != nil {
+			return fmt.Errorf("cannot write -o %s: %w", *out, err)
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		w = tmp
+	}
+	info, err := store.Get(ctx, name, w)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("no spill %q in bucket %s; names look like <session>/<n>.jsonl, as in the transcript.spilled verdict", name, cfg.Names().Spills)
+		}
+		return err
+	}
+	if tmp != nil {
+		if err := tmp.Close(); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp.Name(), *out); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "verified %s: %d bytes, digest %s\n", name, info.Size, info.Digest)
+	return nil
+}
+
+func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	session := fs.String("session", "", "only this session's verdicts")
+	kind := fs.String("kind", "", "only verdicts of this kind: allowed, refused, spilled, halted, rejected or violation")
+	all := fs.Bool("all", false, "start from the first verdict in the stream, not from now")
+	asJSON := fs.Bool("json", false, "print each verdict as its CloudEvent JSON")
+	max := fs.Int("max", 0, "stop after this many verdicts (0: until interrupted)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: seamguard watch [--session S] [--kind K] [--all] [--json]")
+		fmt.Fprintln(stderr, "\nFollows verdicts as they are decided, one readable line each.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: watch takes no arguments; use --session and --kind", errUsage)
+	}
+	if *session != "" && !events.ValidSessionID(*session) {
+		return fmt.Errorf("%w: --session %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, *session)
+	}
+	switch *kind {
+	case "", events.KindAllowed, events.KindRefused, events.KindSpilled, events.KindHalted, events.KindRejected, events.KindViolation:
+	default:
+		return fmt.Errorf("%w: --kind %q: use allowed, refused, spilled, halted, rejected or violation", errUsage, *kind)
+	}
+	nc, js, cfg, err := cf.open(fs, "seamguard watch")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	s, k := *session, *kind
+	if s == "" {
+		s = "*"
+	}
+	if k == "" {
+		k = "*"
+	}
+	filter := cfg.Prefix + ".verdicts." + s + "." + k
+	oc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
+	if *all {
+		oc.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	cons, err := js.OrderedConsumer(ctx, cfg.Names().Verdicts, oc)
+	if err != nil {
+		return fmt.Errorf("cannot follow stream %s: %w; is seamguard serving with --prefix %s?", cfg.Names().Verdicts, err, cfg.Prefix)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	go func() { <-ctx.Done(); it.Stop() }()
+	fmt.Fprintf(stderr, "watching %s\n", filter)
+	for n := 0; *max == 0 || n < *max; n++ {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return err
+		}
+		if *asJSON {
+			fmt.Fprintf(stdout, "%s\n", m.Data())
+			continue
+		}
+		v, err := events.DecodeVerdict(m.Data())
+		if err != nil {
+			fmt.Fprintf(stdout, "%s: not a seamguard verdict: %v\n", m.Subject(), err)
+			continue
+		}
+		fmt.Fprintln(stdout, describeVerdict(v))
+	}
+	return nil
+}
+
+// describeVerdict is one readable line about a verdict.
+func describeVerdict(v *events.Verdict) string {
+	var b strings.Builder
+	if !v.Time.IsZero() {
+		b.WriteString(v.Time.UTC().Format(time.RFC3339) + " ")
+	}
+	session := v.Session
+	if session == "" {
+		session = events.InvalidSession
+	}
+	fmt.Fprintf(&b, "%-20s %-9s", session, v.Kind())
+	switch d := v.Data.(type) {
+	case *events.CompactionAllowed:
+		fmt.Fprintf(&b, " %s: summary %s, tail from %d, head %d", d.RequestID, fmtRanges(d.SummaryCoverage), d.TailStart, d.Head)
+		if len(d.Cured) > 0 {
+			fmt.Fprintf(&b, "; cured %v", d.Cured)
+			for _, h := range d.RecoveredBy {
+				fmt.Fprintf(&b, " by %s", h.Name)
+			}
+		}
+	case *events.CompactionRefused:
+		fmt.Fprintf(&b, " %s:", d.RequestID)
+		for _, r := range d.Reasons {
+			fmt.Fprintf(&b, " %s %s", r.Code, fmtRanges(r.AtRisk))
+		}
+		if d.Spill != nil {
+			fmt.Fprintf(&b, "; spill %s", d.Spill.Name)
+		}
+		fmt.Fprintf(&b, "; next %s", d.Next)
+	case *events.SpillHandle:
+		fmt.Fprintf(&b, " %s: %s, %d events, %d bytes, %s", d.Name, fmtRanges([]events.Range{d.Range}), d.Events, d.Size, d.Digest)
+	case *events.SessionHalted:
+		fmt.Fprintf(&b, " %s: unrecoverable %s", d.RequestID, fmtRanges(d.Unrecoverable))
+	case *events.EventRejected:
+		fmt.Fprintf(&b, " %s %s (seq %d): %s", d.Code, d.Field, d.Input.Seq, d.Message)
+	case *events.CompactionViolation:
+		fmt.Fprintf(&b, " %s: %s", d.RequestID, d.Message)
+	}
+	return b.String()
+}
+
+func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	note := fs.String("note", "", "why the unrecoverable offsets are accepted as lost (required; kept in the audit log)")
+	source := fs.String("source", "", "CloudEvents source of the resume (default urn:seamguard:operator:<user>@<host>)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: seamguard resume SESSION --note TEXT")
+		fmt.Fprintln(stderr, "\nLifts a halt: the offsets the halt named become waived, and the session's")
+		fmt.Fprintln(stderr, "compactions are decided again.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: resume takes one session id", errUsage)
+	}
+	session := pos[0]
+	if !events.ValidSessionID(session) {
+		return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, session)
+	}
+	if strings.TrimSpace(*note) == "" {
+		return fmt.Errorf("%w: --note is required: say why the lost offsets are accepted (it is kept in the events stream)", errUsage)
+	}
+	nc, js, cfg, err := cf.open(fs, "seamguard resume")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	src := *source
+	if src == "" {
+		who := "operator"
+		if u, err := user.Current(); err == nil {
+			who = u.Username
+		}
+		host, _ := os.Hostname()
+		src = "urn:seamguard:operator:" + who + "@" + host
+	}
+	id := "resume-" + nuid.Next()
+	body, err := json.Marshal(map[string]any{
+		"specversion": "1.0", "id": id, "source": src, "type": events.TypeSessionResumed,
+		"subject": session, "time": time.Now().UTC().Format(time.RFC3339Nano),
+		"datacontenttype": events.ContentTypeJSON, "data": map[string]string{"note": *note},
+	})
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(cfg.Subjects().Events(session))
+	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
+	m.Data = body
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("publishing the resume: %w", err)
+	}
+	fmt.Fprintf(stdout, "published session.resumed %s for session %s; its halted offsets are now waived\n", id, session)
+	return nil
+}
