@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestDemo runs the README's main command in-process: it must tell the whole
+// story and exit 0 with nothing else running.
+func TestDemo(t *testing.T) {
+	code, out, stderr := runCLI(t, "", "demo")
+	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr, out)
+	for _, want := range []string{
+		"embedded NATS JetStream at nats://127.0.0.1:",
+		"budget enforcement truncates turns [0, 8)",
+		"-> transcript.spilled  seamguard-spills/ops-agent-42/1.jsonl: 55 events",
+		"-> compaction.refused  coverage_hole at [0, 8)",
+		"next: retry",
+		"-> compaction.allowed  summary covers [8, 40); cured [coverage_hole] by ops-agent-42/1.jsonl",
+		"the spill reads back whole (digest verified)",
+		"Do not touch anything under /etc.",
+		"seamguard spill get ops-agent-42/1.jsonl",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.Less(t, strings.Index(out, "transcript.spilled"), strings.Index(out, "compaction.allowed"))
+}
