@@ -75,7 +75,7 @@ func decodeMsg(subject string, header map[string][]string, body []byte, subjects
 		if tok != session {
 			return Errorf(CodeSubjectMismatch, "subject",
 				"the event's subject is %q but it was published on %q, the subject of session %q; publish each event on %s",
-				session, subject, tok, subjects.Events(session))
+				session, subjects.Events(tok), tok, subjects.Events(session))
 		}
 		return nil
 	}

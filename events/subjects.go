@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +23,11 @@ const MaxSessionIDLen = 128
 type Subjects struct {
 	// Prefix is one or more dot-separated tokens; empty means DefaultPrefix.
 	Prefix string
+	// Partitions is the number of partitions the events stream stores
+	// sessions in: agents publish on Events(session), and the stream's
+	// subject transform stores the message as Stored(session). Zero means
+	// the stream stores events as published.
+	Partitions int
 }
 
 func (s Subjects) prefix() string {
@@ -75,10 +81,49 @@ func (s Subjects) VerdictsWildcard(kind string) string {
 	return s.prefix() + ".verdicts.*." + kind
 }
 
-// SessionOf returns the session token of an input subject
-// "<prefix>.events.<session>". Any other subject, one with more tokens, or a
-// token that is not a valid session id, yields an *Error with code
-// bad_session_id and field "subject".
+// Partition returns the partition of session: FNV-32a of the session id
+// modulo Partitions, the same function as the {{partition(n,1)}} subject
+// transform of nats-server. It is 0 when Partitions is 0.
+func (s Subjects) Partition(session string) int {
+	if s.Partitions <= 0 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(session); i++ {
+		h ^= uint32(session[i])
+		h *= 16777619
+	}
+	return int(h % uint32(s.Partitions))
+}
+
+// partitioned is the token after the prefix of stored, partitioned subjects.
+const partitioned = ".partitioned."
+
+// Stored is the subject the events stream stores the session's events
+// under: "<prefix>.partitioned.<p>.<session>", or Events(session) when
+// Partitions is 0.
+func (s Subjects) Stored(session string) string {
+	if s.Partitions <= 0 {
+		return s.Events(session)
+	}
+	return s.prefix() + partitioned + strconv.Itoa(s.Partition(session)) + "." + session
+}
+
+// PartitionFilter matches the stored subjects of partition p.
+func (s Subjects) PartitionFilter(p int) string {
+	return s.prefix() + partitioned + strconv.Itoa(p) + ".*"
+}
+
+// TransformDestination is the destination of the events stream's subject
+// transform, whose source is EventsWildcard.
+func (s Subjects) TransformDestination() string {
+	return s.prefix() + partitioned + "{{partition(" + strconv.Itoa(s.Partitions) + ",1)}}.{{wildcard(1)}}"
+}
+
+// SessionOf returns the session token of an input subject:
+// "<prefix>.events.<session>", or the stored "<prefix>.partitioned.<p>.<session>".
+// Any other subject, one with more tokens, or a token that is not a valid
+// session id, yields an *Error with code bad_session_id and field "subject".
 func (s Subjects) SessionOf(natsSubject string) (string, error) {
 	tok, err := s.sessionOf(natsSubject)
 	if err != nil {
@@ -88,6 +133,11 @@ func (s Subjects) SessionOf(natsSubject string) (string, error) {
 }
 
 func (s Subjects) sessionOf(natsSubject string) (string, *Error) {
+	if rest, ok := strings.CutPrefix(natsSubject, s.prefix()+partitioned); ok {
+		if part, tok, ok := strings.Cut(rest, "."); ok && part != "" && strings.Trim(part, "0123456789") == "" {
+			return s.sessionOf(s.Events(tok))
+		}
+	}
 	p := s.prefix() + ".events."
 	tok, ok := strings.CutPrefix(natsSubject, p)
 	if !ok {

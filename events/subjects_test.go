@@ -1,11 +1,17 @@
 package events
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/internal/embedded"
 )
 
 func TestSubjects(t *testing.T) {
@@ -63,5 +69,49 @@ func TestValidSessionID(t *testing.T) {
 	}
 	for _, bad := range []string{"", strings.Repeat("z", 129), "a.b", "a b", "a*", ">", "é", "a\x00", "a/b", "a%41"} {
 		assert.False(t, ValidSessionID(bad), bad)
+	}
+}
+
+// TestPartitionMatchesServerTransform holds Subjects.Partition to the
+// {{partition(n,1)}} subject transform of a real nats-server: the subject the
+// stream stores a session's event under is Stored(session), and SessionOf
+// reads the session back from it.
+func TestPartitionMatchesServerTransform(t *testing.T) {
+	srv := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subj := Subjects{Partitions: 7}
+	s, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "P", Subjects: []string{"seamguard.events.>"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+	})
+	require.NoError(t, err)
+	sessions := []string{"a", "b", "ops-agent-42", "sess-etc-constraint", "Z_9", strings.Repeat("x", 128)}
+	for i := range 40 {
+		sessions = append(sessions, fmt.Sprintf("s%03d", i))
+	}
+	seen := map[int]bool{}
+	for i, sess := range sessions {
+		_, err := srv.JS.Publish(ctx, subj.Events(sess), []byte("{}"))
+		require.NoError(t, err)
+		m, err := s.GetMsg(ctx, uint64(i+1))
+		require.NoError(t, err)
+		require.Equal(t, subj.Stored(sess), m.Subject, "session %q", sess)
+		got, err := subj.SessionOf(m.Subject)
+		require.NoError(t, err)
+		require.Equal(t, sess, got)
+		seen[subj.Partition(sess)] = true
+	}
+	require.Len(t, seen, 7, "the sessions spread over every partition")
+	// A multi-token subject is stored as published, and is no session.
+	_, err = srv.JS.Publish(ctx, "seamguard.events.a.b", []byte("{}"))
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(ctx, "seamguard.events.a.b")
+	require.NoError(t, err)
+	_, err = subj.SessionOf(m.Subject)
+	require.Error(t, err)
+	for _, bad := range []string{"seamguard.partitioned.x.s1", "seamguard.partitioned..s1", "seamguard.partitioned.3.a.b", "seamguard.partitioned.3"} {
+		_, err := subj.SessionOf(bad)
+		require.Error(t, err, bad)
 	}
 }
