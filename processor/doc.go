@@ -4,7 +4,7 @@
 // Provision creates (or checks and updates) the events stream, the verdict
 // stream, the session bucket and the spill object store. A Processor then
 // consumes the events stream with one durable pull consumer and explicit
-// acks. A dispatcher hashes each message's subject to one of a fixed set of
+// acks, fetching in batches. A dispatcher hashes each message's subject to one of a fixed set of
 // shards; each shard is one goroutine with a bounded queue that owns its
 // sessions' ledgers outright (no locks, per-session order, no goroutine per
 // message).
@@ -23,6 +23,12 @@
 // without being applied again, and an input whose effects were cut short by a
 // crash is stepped again from the stored state, which gives the same outputs
 // under the same ids, which the verdict stream's dedupe window drops.
+// JetStream redelivers an unacknowledged message only after its ack
+// deadline, so after a crash or a lost delivery (a break in the consumer's
+// delivery sequence) later messages of its session may arrive first. Up to
+// the highest sequence that may be affected, each session first reads its
+// messages from the stream and applies them in order; their late
+// redeliveries are then skipped.
 // Transient failures (publish, bucket, a lost connection) are retried in place
 // with backoff, so the session's order never changes; the ack deadline is
 // extended while a spill runs.

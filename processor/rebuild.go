@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
@@ -27,7 +28,9 @@ type RebuildReport struct {
 // the same core the runtime uses, and compares it with the session bucket.
 // With write it stores the rebuilt states (overwriting) and publishes the
 // verdicts the verdict stream lacks, so that the consumer can go on from
-// there. Run it while no processor consumes.
+// there (a verdict whose id the stream's dedupe window still remembers goes
+// in without Nats-Msg-Id; see republish). Run it while no processor
+// consumes.
 //
 // Whether a spill succeeded is a fact of the past, not of the events: the
 // rebuild takes it from the verdict stream (the transcript.spilled or
@@ -50,7 +53,7 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 				sessions[sid] = sess
 			}
 		}
-		outs, _, err := p.step(ctx, sess, m, seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+		outs, _, err := p.step(ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
 			return p.pastSpill(ctx, known, req, &rep)
 		})
 		if err != nil {
@@ -67,11 +70,7 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 			if _, ok := known.ids[id]; ok || !write {
 				continue
 			}
-			pub, err := p.publish(ctx, o)
-			if err == nil {
-				err = p.confirm(ctx, pub)
-			}
-			if err != nil {
+			if err := p.republish(ctx, o); err != nil {
 				return err
 			}
 			rep.Republished++
@@ -113,6 +112,39 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 		}
 	}
 	return rep, nil
+}
+
+// republish publishes a verdict that the verdict stream lacks. A verdict
+// deleted from the stream keeps its id in the stream's dedupe window until
+// the window passes, and JetStream would drop the copy as a duplicate (the
+// ack says Duplicate and nothing is stored). Then the copy is published once
+// more without Nats-Msg-Id, so that it is stored; Rebuild runs while no
+// processor consumes, so nothing else publishes it meanwhile. That second
+// publish is not retried: if its ack is lost, a second rebuild sees whether
+// it landed.
+func (p *Processor) republish(ctx context.Context, o events.Output) error {
+	pub, err := p.publish(ctx, o)
+	if err != nil {
+		return err
+	}
+	var ack *jetstream.PubAck
+	if ack, err = p.confirmAck(ctx, pub); err != nil {
+		return err
+	}
+	if !ack.Duplicate {
+		return nil
+	}
+	msg := nats.NewMsg(pub.msg.Subject)
+	msg.Data = pub.msg.Data
+	for k, v := range pub.msg.Header {
+		if k != jetstream.MsgIDHeader {
+			msg.Header[k] = v
+		}
+	}
+	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(p.cfg.Names().Verdicts)); err != nil {
+		return fmt.Errorf("processor: rebuild: republish %s: %w", pub.id, err)
+	}
+	return nil
 }
 
 // verdictIndex is what a rebuild needs from the verdict stream.

@@ -104,18 +104,16 @@ func (p *Processor) Run(ctx context.Context) error {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop before it began: nothing to drain
+		}
 		return fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.Durable, p.cfg.Names().Events, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(p.cfg.MaxBatch * 2))
-	if err != nil {
-		return fmt.Errorf("processor: consume: %w", err)
-	}
-
 	shards := make([]*shard, p.cfg.Shards)
 	errs := make(chan error, len(shards))
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = &shard{p: p, q: make(chan jetstream.Msg, p.cfg.QueueDepth), sessions: map[string]*session{}}
+		shards[i] = &shard{p: p, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
 		wg.Add(1)
 		go func(s *shard) {
 			defer wg.Done()
@@ -125,29 +123,76 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 		}(shards[i])
 	}
-	// Stop fetching when ctx ends (drain) or the hard context does (abort).
-	go func() {
-		select {
-		case <-ctx.Done():
-			it.Drain()
-		case <-hard.Done():
-			it.Stop()
-		}
-	}()
 	p.log.Info("processor running", "stream", p.cfg.Names().Events, "consumer", p.cfg.Durable, "shards", p.cfg.Shards)
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				p.log.Warn("consumer stopped", "err", err)
+	// A message delivered before but not acknowledged (to a process that
+	// died, or lost on the way with a connection or a restarted server) is
+	// redelivered only when its ack deadline passes, interleaved with new
+	// messages: later messages of its session may arrive first. horizon is
+	// the highest stream sequence such a message may have; every session
+	// catches up to it from the stream before it goes on (see catchUp).
+	// It is what the consumer had delivered but not all acknowledged at
+	// start, and it is raised to what the consumer has delivered whenever
+	// the delivery sequence breaks, which is how a lost delivery shows.
+	var horizon uint64
+	if ci := cons.CachedInfo(); ci != nil && ci.AckFloor.Stream < ci.Delivered.Stream {
+		horizon = ci.Delivered.Stream
+	}
+	var lastDelivery uint64
+	dispatch := func(msg jetstream.Msg) {
+		if meta, err := msg.Metadata(); err == nil {
+			if lastDelivery != 0 && meta.Sequence.Consumer != lastDelivery+1 {
+				h := max(p.delivered(hard, cons), meta.Sequence.Stream)
+				p.log.Info("a delivery was lost; sessions catch up from the stream", "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
+				horizon = max(horizon, h)
 			}
-			break
+			lastDelivery = meta.Sequence.Consumer
 		}
 		s := shards[shardOf(msg.Subject(), len(shards))]
 		select {
-		case s.q <- msg:
+		case s.q <- delivery{msg: msg, horizon: horizon}:
 		case <-hard.Done():
 		}
+	}
+
+	// Fetch in batches rather than keep a pull request open: a fetch ends
+	// with the server's own answer (batch full, or its expiry), which comes
+	// after its last message. So a drain finishes the fetch in flight and
+	// stops with no delivery on the way: nothing it was sent stays
+	// unacknowledged until the ack deadline (a continuous pull, unsubscribed,
+	// can lose a message the server was sending at that moment).
+	var stopped error // why consuming stopped when nobody asked it to
+	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
+		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(fetchWait))
+		if err == nil {
+			msgs := batch.Messages()
+		recv:
+			for {
+				select {
+				case msg, ok := <-msgs:
+					if !ok {
+						break recv
+					}
+					dispatch(msg)
+				case <-hard.Done():
+					break recv
+				}
+			}
+			err = batch.Error()
+		}
+		if err == nil || hard.Err() != nil {
+			attempt = 0
+			continue
+		}
+		if _, ierr := cons.Info(hard); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+			stopped = fmt.Errorf("processor: consumer %s on %s stopped: %w", p.cfg.Durable, p.cfg.Names().Events, errors.Join(err, ierr))
+			p.log.Error("consumer stopped", "err", stopped)
+			break
+		}
+		p.log.Warn("fetching failed; retrying", "err", err)
+		if sleep(hard, backoff(attempt)) != nil {
+			break
+		}
+		attempt++
 	}
 	for _, s := range shards {
 		close(s.q)
@@ -157,8 +202,30 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err := <-errs; err != nil {
 		return err
 	}
+	if stopped != nil {
+		return stopped
+	}
 	p.log.Info("processor stopped")
 	return nil
+}
+
+// fetchWait is how long one fetch waits for messages, and so the longest a
+// drain waits for the fetch in flight.
+const fetchWait = time.Second
+
+// delivered returns the highest stream sequence the consumer has delivered,
+// asking the server until it answers or ctx ends (then 0).
+func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) uint64 {
+	for attempt := 0; ; attempt++ {
+		info, err := cons.Info(ctx)
+		if err == nil {
+			return info.Delivered.Stream
+		}
+		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		if sleep(ctx, backoff(attempt)) != nil {
+			return 0
+		}
+	}
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither
@@ -184,20 +251,29 @@ type session struct {
 	seq   uint64 // last applied stream sequence
 	rev   uint64 // KV revision of the stored state; 0 when none is stored
 	dirty bool
+	// caughtUp is the horizon this session caught up to; 0 after loading.
+	caughtUp uint64
+}
+
+// delivery is a message on its way to its shard, with the horizon in
+// force when it arrived.
+type delivery struct {
+	msg     jetstream.Msg
+	horizon uint64
 }
 
 // shard owns the sessions whose subjects hash to it. Only its goroutine
 // touches its map and ledgers.
 type shard struct {
 	p        *Processor
-	q        chan jetstream.Msg
+	q        chan delivery
 	sessions map[string]*session
 }
 
 func (s *shard) run(ctx context.Context) error {
-	batch := make([]jetstream.Msg, 0, s.p.cfg.MaxBatch)
+	batch := make([]delivery, 0, s.p.cfg.MaxBatch)
 	for {
-		var m jetstream.Msg
+		var m delivery
 		var ok bool
 		select {
 		case m, ok = <-s.q:
@@ -235,12 +311,13 @@ type ack struct {
 // handle runs a batch: steps every message, publishes the outputs
 // asynchronously, waits for every publish ack, stores every touched session
 // once (a group commit), and only then acknowledges the inputs.
-func (s *shard) handle(ctx context.Context, batch []jetstream.Msg) error {
+func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	p := s.p
 	acks := make([]ack, 0, len(batch))
 	var pubs []published
 	var touched []*session
-	for _, m := range batch {
+	for _, d := range batch {
+		m := d.msg
 		meta, err := m.Metadata()
 		if err != nil {
 			p.log.Error("message without JetStream metadata", "subject", m.Subject(), "err", err)
@@ -259,8 +336,15 @@ func (s *shard) handle(ctx context.Context, batch []jetstream.Msg) error {
 				acks = append(acks, ack{msg: m}) // applied before a restart: never twice
 				continue
 			}
+			if d.horizon > sess.caughtUp {
+				// The messages before this one that may be pending
+				// elsewhere; those after it follow below.
+				if err := s.catchUp(ctx, sess, seq-1, m, &pubs); err != nil {
+					return err
+				}
+			}
 		}
-		outs, term, err := p.step(ctx, sess, m, seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+		outs, term, err := p.step(ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
 			return s.spill(ctx, m, req)
 		})
 		if err != nil {
@@ -281,6 +365,12 @@ func (s *shard) handle(ctx context.Context, batch []jetstream.Msg) error {
 			if !sess.dirty {
 				sess.dirty = true
 				touched = append(touched, sess)
+			}
+			if d.horizon > sess.caughtUp {
+				if err := s.catchUp(ctx, sess, d.horizon, m, &pubs); err != nil {
+					return err
+				}
+				sess.caughtUp = d.horizon
 			}
 		}
 		acks = append(acks, ack{msg: m, term: term})
@@ -311,16 +401,65 @@ func (s *shard) handle(ctx context.Context, batch []jetstream.Msg) error {
 	return nil
 }
 
+// catchUp applies, in stream order, the session's messages after its last
+// applied sequence up to limit, reading them from the stream, and queues
+// their outputs on pubs. Messages up to the horizon may be pending after a
+// delivery that never arrived (to a process that died, over a lost
+// connection): JetStream redelivers them only once their ack deadline
+// passes, after later messages of the session, which the sequence check
+// would then skip although they were never applied. Applied here, in order,
+// their redeliveries are skipped and acknowledged (a rejected one is then
+// acked rather than terminated). On an error the session leaves the cache,
+// so that its stored state is read again.
+func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
+	p := s.p
+	subject := p.subj.Stored(sess.id) // the subject the stream holds it under
+	for attempt := 0; sess.seq < limit; {
+		raw, err := p.res.Events.GetMsg(ctx, sess.seq+1, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil
+		case err != nil:
+			p.log.Warn("reading the events stream failed; retrying", "session", sess.id, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				delete(s.sessions, sess.id)
+				return err
+			}
+			attempt++
+			continue
+		case raw.Sequence > limit:
+			return nil
+		}
+		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
+		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+			return s.spill(ctx, m, req)
+		})
+		if err != nil {
+			delete(s.sessions, sess.id)
+			return err
+		}
+		for _, o := range outs {
+			pub, err := p.publish(ctx, o)
+			if err != nil {
+				return err
+			}
+			*pubs = append(*pubs, pub)
+		}
+		sess.seq = raw.Sequence
+	}
+	return nil
+}
+
 // spillFunc writes (or, in a rebuild, looks up) the spill a ledger asked
 // for. An error means the input cannot be decided now and must be retried.
 type spillFunc func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error)
 
-// step decodes m and runs it through the session's ledger (sess is nil when
-// the subject names no valid session), including the spill the ledger may ask
-// for. It returns the outputs to publish and, for a rejected input, the reason
+// step decodes a message and runs it through the session's ledger (sess is
+// nil when the subject names no valid session), including the spill the
+// ledger may ask for. It returns the outputs to publish and, for a rejected input, the reason
 // to terminate it with. The runtime and Rebuild share it, so both decide alike.
-func (p *Processor) step(ctx context.Context, sess *session, m jetstream.Msg, seq uint64, spillFn spillFunc) ([]events.Output, string, error) {
-	ev, derr := events.DecodeMsg(m.Subject(), m.Headers(), m.Data(), p.subj)
+func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr nats.Header, data []byte, seq uint64, spillFn spillFunc) ([]events.Output, string, error) {
+	ev, derr := events.DecodeMsg(subject, hdr, data, p.subj)
 	if derr != nil {
 		var e *events.Error
 		if !errors.As(derr, &e) {
@@ -330,7 +469,7 @@ func (p *Processor) step(ctx context.Context, sess *session, m jetstream.Msg, se
 		if sess != nil {
 			sid = sess.id
 		}
-		cause := events.Cause{Meta: events.Meta{Subject: m.Subject(), Seq: seq, Headers: headerMap(m.Headers())}}
+		cause := events.Cause{Meta: events.Meta{Subject: subject, Seq: seq, Headers: headerMap(hdr)}}
 		return []events.Output{ledger.Rejection(cause, sid, e)}, "seamguard: rejected: " + string(e.Code), nil
 	}
 	ev.Meta.Seq = seq
@@ -379,8 +518,8 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 		if ctx.Err() != nil {
 			return ledger.SpillResult{}, ctx.Err()
 		}
-		if !errors.Is(err, spill.ErrIncomplete) && p.status() != nats.CONNECTED {
-			p.log.Warn("spill interrupted by the NATS connection; retrying", "session", req.Session, "err", err)
+		if !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
+			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err
 			}
@@ -389,6 +528,24 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 		p.log.Warn("spill failed; the session halts", "session", req.Session, "err", err)
 		return ledger.SpillResult{Failure: err.Error()}, nil
 	}
+}
+
+// unreachable reports whether err says that NATS or JetStream did not
+// answer at all (a timeout, no responders, a connection being
+// re-established, a server shutting down), as while a server restarts. The
+// object store did not fail then; it was not reached, and halting a session
+// for it would turn a restart into an operator's chore.
+func unreachable(err error) bool {
+	for _, target := range []error{
+		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected,
+		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled, jetstream.ErrServerShutdown,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // keepAlive tells the server every interval that m is still being worked on.
@@ -443,18 +600,24 @@ func (p *Processor) publish(ctx context.Context, o events.Output) (published, er
 // confirm waits for a publish ack, republishing (same id, so at most once in
 // the stream) until the server confirms or ctx ends.
 func (p *Processor) confirm(ctx context.Context, pub published) error {
+	_, err := p.confirmAck(ctx, pub)
+	return err
+}
+
+// confirmAck is confirm, returning the server's ack.
+func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.PubAck, error) {
 	for attempt := 0; ; attempt++ {
 		var err error
 		select {
-		case <-pub.f.Ok():
-			return nil
+		case ack := <-pub.f.Ok():
+			return ack, nil
 		case err = <-pub.f.Err():
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
+			return nil, err
 		}
 		for {
 			pub.f, err = p.js.PublishMsgAsync(pub.msg, jetstream.WithMsgID(pub.id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
@@ -462,7 +625,7 @@ func (p *Processor) confirm(ctx context.Context, pub published) error {
 				break
 			}
 			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
