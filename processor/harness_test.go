@@ -1,0 +1,357 @@
+package processor_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/processor"
+)
+
+// testSource is the CloudEvents source of every verdict in these tests.
+const testSource = "urn:seamguard:test"
+
+// fixedNow stamps every verdict, so that runs compare byte for byte.
+func fixedNow() time.Time { return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC) }
+
+// baseConfig is the configuration of most tests: file storage (the real
+// thing), a fixed source, everything else at its default.
+func baseConfig() processor.Config {
+	return processor.Config{Source: testSource}
+}
+
+// env is one in-process nats-server with a client connection.
+type env struct {
+	*embedded.Test
+	ctx context.Context
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return &env{Test: embedded.StartTest(t), ctx: ctx}
+}
+
+// running is a Processor whose Run is in a goroutine.
+type running struct {
+	p      *processor.Processor
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	ended  bool
+}
+
+func (e *env) start(t *testing.T, cfg processor.Config) *running {
+	t.Helper()
+	opts := []processor.Option{processor.WithClock(fixedNow)}
+	if lv := os.Getenv("SEAMGUARD_TEST_LOG"); lv != "" {
+		// SEAMGUARD_TEST_LOG=debug (or info, warn) shows the processor's log.
+		var level slog.Level
+		require.NoError(t, level.UnmarshalText([]byte(lv)))
+		opts = append(opts, processor.WithLogger(slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))))
+	}
+	p, err := processor.New(e.ctx, e.JS, cfg, opts...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &running{p: p, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		if !r.ended {
+			r.p.Abort()
+			r.wait(t)
+		}
+	})
+	return r
+}
+
+// wait waits (with a deadline) for Run to return and returns its error.
+func (r *running) wait(t *testing.T) error {
+	t.Helper()
+	if r.ended {
+		return r.err
+	}
+	select {
+	case r.err = <-r.done:
+		r.ended = true
+		return r.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s")
+		return nil
+	}
+}
+
+// stop cancels Run's context (a graceful drain) and waits for it.
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	return r.wait(t)
+}
+
+// abort stops Run as a crash would and waits for it.
+func (r *running) abort(t *testing.T) {
+	t.Helper()
+	r.p.Abort()
+	_ = r.wait(t)
+}
+
+// waitFor polls cond every 20ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) consumerInfo(t *testing.T, cfg processor.Config) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, durable(cfg))
+	require.NoError(t, err)
+	info, err := c.Info(e.ctx)
+	require.NoError(t, err)
+	return info
+}
+
+func durable(cfg processor.Config) string {
+	if cfg.Durable == "" {
+		return processor.DefaultDurable
+	}
+	return cfg.Durable
+}
+
+func (e *env) streamInfo(t *testing.T, name string) *jetstream.StreamInfo {
+	t.Helper()
+	s, err := e.JS.Stream(e.ctx, name)
+	require.NoError(t, err)
+	info, err := s.Info(e.ctx)
+	require.NoError(t, err)
+	return info
+}
+
+// waitIdle waits until the processor has delivered and acknowledged every
+// message of the events stream.
+func (e *env) waitIdle(t *testing.T, cfg processor.Config, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "the processor to handle every event", func() bool {
+		s, err := e.JS.Stream(e.ctx, cfg.Names().Events)
+		if err != nil {
+			return false
+		}
+		si, err := s.Info(e.ctx)
+		if err != nil {
+			return false
+		}
+		last := si.State.LastSeq
+		c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, durable(cfg))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(e.ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= last
+	})
+}
+
+// verdictMsg is one message of the verdict stream.
+type verdictMsg struct {
+	seq     uint64
+	subject string
+	header  nats.Header
+	body    []byte
+	v       *events.Verdict
+}
+
+// readStream returns every message of a stream, in order.
+func (e *env) readStream(t *testing.T, name string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := e.JS.Stream(e.ctx, name)
+	require.NoError(t, err)
+	info, err := s.Info(e.ctx)
+	require.NoError(t, err)
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
+		m, err := s.GetMsg(e.ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		require.NoError(t, err)
+		out = append(out, m)
+		seq = m.Sequence + 1
+	}
+	return out
+}
+
+func (e *env) verdicts(t *testing.T, cfg processor.Config) []verdictMsg {
+	t.Helper()
+	var out []verdictMsg
+	for _, m := range e.readStream(t, cfg.Names().Verdicts) {
+		v, err := events.DecodeVerdict(m.Data)
+		require.NoError(t, err, "verdict at %d: %s", m.Sequence, m.Data)
+		out = append(out, verdictMsg{seq: m.Sequence, subject: m.Subject, header: m.Header, body: m.Data, v: v})
+	}
+	return out
+}
+
+// verdictBodies maps every verdict id to its body and fails on an id that
+// occurs twice in the stream.
+func verdictBodies(t *testing.T, vs []verdictMsg) map[string]string {
+	t.Helper()
+	out := make(map[string]string, len(vs))
+	for _, v := range vs {
+		if prev, dup := out[v.v.ID]; dup {
+			t.Errorf("verdict %s is in the stream twice (seq %d):\n%s\n%s", v.v.ID, v.seq, prev, v.body)
+		}
+		out[v.v.ID] = string(v.body)
+		if h := v.header.Get(jetstream.MsgIDHeader); h != "" {
+			require.Equal(t, v.v.ID, h, "Nats-Msg-Id of %s", v.v.ID)
+		}
+	}
+	return out
+}
+
+// kvStates returns the raw value of every key of the session bucket.
+func (e *env) kvStates(t *testing.T, cfg processor.Config) map[string][]byte {
+	t.Helper()
+	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
+	require.NoError(t, err)
+	keys, err := kv.ListKeys(e.ctx)
+	require.NoError(t, err)
+	out := map[string][]byte{}
+	for k := range keys.Keys() {
+		ent, err := kv.Get(e.ctx, k)
+		require.NoError(t, err)
+		out[k] = ent.Value()
+	}
+	return out
+}
+
+// requireSameStates compares two bucket snapshots session by session.
+func requireSameStates(t *testing.T, want, got map[string][]byte) {
+	t.Helper()
+	require.Equal(t, sortedKeys(want), sortedKeys(got), "sessions in the bucket")
+	for k, w := range want {
+		if !bytes.Equal(w, got[k]) {
+			ws, werr := processor.UnmarshalState(w)
+			gs, gerr := processor.UnmarshalState(got[k])
+			t.Errorf("session %s: state differs: want seq %d (%v), got seq %d (%v)", k, ws.Seq, werr, gs.Seq, gerr)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// readLines reads a JSON Lines file of the repository's testdata.
+func readLines(t *testing.T, rel string) [][]byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", rel))
+	require.NoError(t, err)
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(l)) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// binaryMsg turns one structured JSON event into a binary-mode NATS message:
+// every attribute but data in a ce-* header, datacontenttype as
+// Content-Type, data as the body, Nats-Msg-Id = id.
+func binaryMsg(t testing.TB, subj events.Subjects, line []byte) *nats.Msg {
+	t.Helper()
+	var attrs map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(line, &attrs))
+	var session, id string
+	require.NoError(t, json.Unmarshal(attrs["subject"], &session))
+	require.NoError(t, json.Unmarshal(attrs["id"], &id))
+	m := nats.NewMsg(subj.Events(session))
+	for name, raw := range attrs {
+		switch name {
+		case "data":
+			m.Data = raw
+			continue
+		}
+		val := string(raw)
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			val = s
+		}
+		if name == "datacontenttype" {
+			m.Header.Set("Content-Type", val)
+			continue
+		}
+		m.Header.Set("ce-"+name, val)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	return m
+}
+
+// structuredMsg publishes the line as it is, in structured mode.
+func structuredMsg(t testing.TB, subj events.Subjects, line []byte) *nats.Msg {
+	t.Helper()
+	var a struct{ ID, Subject string }
+	require.NoError(t, json.Unmarshal(line, &a))
+	m := nats.NewMsg(subj.Events(a.Subject))
+	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
+	m.Header.Set(jetstream.MsgIDHeader, a.ID)
+	m.Data = append([]byte(nil), line...)
+	return m
+}
+
+// publishAll publishes msgs in order, asynchronously, and waits for every
+// ack. It returns the stream sequence of each.
+func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {
+	t.Helper()
+	futs := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := e.JS.PublishMsgAsync(m)
+		require.NoError(t, err)
+		futs[i] = f
+	}
+	seqs := make([]uint64, len(msgs))
+	for i, f := range futs {
+		select {
+		case ack := <-f.Ok():
+			seqs[i] = ack.Sequence
+		case err := <-f.Err():
+			t.Fatalf("publish %d (%s): %v", i, msgs[i].Subject, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("publish %d: no ack", i)
+		}
+	}
+	return seqs
+}
+
+// describe prints a verdict short enough for a failure message.
+func describe(v *events.Verdict) string {
+	b, _ := json.Marshal(v.Data)
+	return fmt.Sprintf("%s %s cause=%s %s", v.Type, v.Session, v.Cause.ID, strings.TrimSpace(string(b)))
+}

@@ -1,0 +1,139 @@
+package processor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/processor"
+)
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	first, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	second, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+
+	n := cfg.Names()
+	for _, name := range []string{n.Events, n.Verdicts} {
+		info := e.streamInfo(t, name)
+		assert.Equal(t, jetstream.FileStorage, info.Config.Storage, name)
+		assert.Equal(t, jetstream.LimitsPolicy, info.Config.Retention, name)
+		assert.Equal(t, uint64(0), info.State.Msgs, name)
+	}
+	ev := e.streamInfo(t, n.Events)
+	assert.Equal(t, []string{"seamguard.events.>"}, ev.Config.Subjects)
+	assert.Equal(t, processor.DefaultEventsMaxAge, ev.Config.MaxAge)
+	assert.Equal(t, processor.DefaultEventsDuplicates, ev.Config.Duplicates)
+	assert.Equal(t, first.Events.CachedInfo().Created, second.Events.CachedInfo().Created, "the same stream, not a new one")
+	assert.Equal(t, first.Events.CachedInfo().Config, second.Events.CachedInfo().Config)
+	assert.Equal(t, []string{"seamguard.verdicts.>"}, e.streamInfo(t, n.Verdicts).Config.Subjects)
+	assert.Equal(t, n.Sessions, second.Sessions.Bucket())
+	_, err = e.JS.ObjectStore(e.ctx, n.Spills)
+	require.NoError(t, err)
+
+	// A third time, through New, with a processor's worth of data in it.
+	r := e.start(t, cfg)
+	e.publishAll(t, genWorkload(2).msgs(t, cfg.Subjects()))
+	e.waitIdle(t, cfg, 20*time.Second)
+	require.NoError(t, r.stop(t))
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	assert.NotZero(t, e.streamInfo(t, n.Events).State.Msgs)
+}
+
+func TestProvisionRefusesIncompatibleStreams(t *testing.T) {
+	cfg := baseConfig()
+	n := cfg.Names()
+	for _, tc := range []struct {
+		name  string
+		setup func(e *env) error
+		field string
+	}{
+		{"other subjects", func(e *env) error {
+			_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{Name: n.Events, Subjects: []string{"agents.>"}, Storage: jetstream.FileStorage})
+			return err
+		}, "subjects"},
+		{"memory storage", func(e *env) error {
+			_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{Name: n.Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.MemoryStorage})
+			return err
+		}, "storage"},
+		{"work queue retention", func(e *env) error {
+			_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{Name: n.Verdicts, Subjects: []string{"seamguard.verdicts.>"}, Retention: jetstream.WorkQueuePolicy})
+			return err
+		}, "retention"},
+		{"memory bucket", func(e *env) error {
+			_, err := e.JS.CreateKeyValue(e.ctx, jetstream.KeyValueConfig{Bucket: n.Sessions, Storage: jetstream.MemoryStorage})
+			return err
+		}, "storage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			require.NoError(t, tc.setup(e))
+			_, err := processor.Provision(e.ctx, e.JS, cfg)
+			require.ErrorIs(t, err, processor.ErrIncompatible)
+			assert.ErrorContains(t, err, tc.field)
+			_, err = processor.New(e.ctx, e.JS, cfg)
+			require.ErrorIs(t, err, processor.ErrIncompatible, "New provisions too")
+		})
+	}
+}
+
+func TestProvisionUpdatesRetentionInPlace(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	n := cfg.Names()
+	_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
+		Name: n.Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
+		MaxAge: time.Hour, Duplicates: time.Minute,
+	})
+	require.NoError(t, err)
+	_, err = e.JS.Publish(e.ctx, "seamguard.events.kept", []byte("{}"))
+	require.NoError(t, err)
+
+	cfg.EventsMaxAge = 48 * time.Hour
+	cfg.EventsDuplicates = 5 * time.Minute
+	cfg.VerdictsMaxAge = 24 * time.Hour
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	info := e.streamInfo(t, n.Events)
+	assert.Equal(t, 48*time.Hour, info.Config.MaxAge)
+	assert.Equal(t, 5*time.Minute, info.Config.Duplicates)
+	assert.Equal(t, uint64(1), info.State.Msgs, "updated in place: the stream keeps its messages")
+	v := e.streamInfo(t, n.Verdicts)
+	assert.Equal(t, 24*time.Hour, v.Config.MaxAge)
+
+	// And back to the defaults.
+	_, err = processor.Provision(e.ctx, e.JS, baseConfig())
+	require.NoError(t, err)
+	info = e.streamInfo(t, n.Events)
+	assert.Equal(t, processor.DefaultEventsMaxAge, info.Config.MaxAge)
+	assert.Equal(t, processor.DefaultEventsDuplicates, info.Config.Duplicates)
+	assert.Equal(t, uint64(1), info.State.Msgs)
+}
+
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	require.NoError(t, processor.Config{}.Validate(), "the zero value is valid")
+	err := processor.Config{
+		Prefix:           "bad prefix.>",
+		Replicas:         7,
+		Shards:           -1,
+		QueueDepth:       -2,
+		AckWait:          500 * time.Millisecond,
+		EventsMaxAge:     time.Minute,
+		EventsDuplicates: time.Hour,
+		Durable:          "a.b",
+		Policy:           9,
+	}.Validate()
+	require.Error(t, err)
+	for _, want := range []string{"Replicas is 7", "Shards is -1", "QueueDepth is -2", "AckWait 500ms", "EventsDuplicates 1h0m0s exceeds EventsMaxAge 1m0s", "Durable \"a.b\"", "policy 9", "prefix"} {
+		assert.ErrorContains(t, err, want)
+	}
+	_, err = processor.Provision(t.Context(), nil, processor.Config{Shards: -1})
+	require.ErrorContains(t, err, "Shards is -1", "Provision validates before it touches anything")
+}

@@ -1,0 +1,72 @@
+package processor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/processor"
+)
+
+// TestGracefulShutdownAcksWhatItFetched cancels Run's context while the
+// processor is busy: Run returns nil, and every message it had fetched is
+// acknowledged (the ack deadline is a minute, so a message left behind
+// would show as pending long after Run returned).
+func TestGracefulShutdownAcksWhatItFetched(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	w := genWorkload(50)
+	// Everything is in the stream before the processor starts, so that it
+	// is busy from its first fetch on.
+	_, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	e.publishAll(t, w.msgs(t, cfg.Subjects()))
+
+	r := e.start(t, cfg)
+	waitFor(t, 30*time.Second, "the first verdicts", func() bool {
+		return e.streamInfo(t, cfg.Names().Verdicts).State.Msgs >= 50
+	})
+	busy := e.consumerInfo(t, cfg)
+	require.NotZero(t, busy.NumAckPending, "messages in flight when cancelled")
+	require.NoError(t, r.stop(t), "a drain returns nil")
+
+	require.NoError(t, e.NC.Flush())
+	require.Eventually(t, func() bool {
+		info := e.consumerInfo(t, cfg)
+		return info.NumAckPending == 0
+	}, 3*time.Second, 20*time.Millisecond, "every fetched message acknowledged once Run returned")
+	info := e.consumerInfo(t, cfg)
+	require.Zero(t, info.NumRedelivered)
+	require.NotZero(t, info.NumPending, "cancelled before the end: the test proves nothing otherwise")
+	require.Equal(t, info.Delivered.Stream, info.AckFloor.Stream, "acked up to what was delivered")
+
+	// What the drained processor decided is stored: a new one finishes the
+	// work without a redelivery.
+	r = e.start(t, cfg)
+	e.waitIdle(t, cfg, 60*time.Second)
+	require.NoError(t, r.stop(t))
+	require.Zero(t, e.consumerInfo(t, cfg).NumRedelivered)
+}
+
+// TestRunFailsWhenItsConsumerIsDeleted deletes the durable consumer under
+// a running processor: Run must not return nil as if it had been asked to
+// stop, or a service would exit cleanly and stop guarding.
+func TestRunFailsWhenItsConsumerIsDeleted(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	r := e.start(t, cfg)
+	waitFor(t, 10*time.Second, "the consumer", func() bool {
+		_, err := e.JS.Consumer(e.ctx, cfg.Names().Events, durable(cfg))
+		return err == nil
+	})
+	require.NoError(t, e.JS.DeleteConsumer(e.ctx, cfg.Names().Events, durable(cfg)))
+	select {
+	case err := <-r.done:
+		r.ended, r.err = true, err
+		require.Error(t, err, "Run returned nil although nobody cancelled it")
+		require.ErrorContains(t, err, "consumer")
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run goes on without its consumer")
+	}
+}
