@@ -23,6 +23,8 @@ const (
 	DefaultVerdictsDuplicates = 10 * time.Minute
 	DefaultReplicas           = 1
 	DefaultSpillRetries       = 3
+	DefaultPartitions         = 16
+	DefaultPinnedTTL          = 15 * time.Second
 )
 
 // Config configures a Processor. Its zero value is a working single-server
@@ -53,7 +55,20 @@ type Config struct {
 	// MemoryStorage keeps streams in memory instead of files (tests only).
 	MemoryStorage bool
 
-	// Durable is the name of the events consumer; empty means "seamguard".
+	// Partitions is the number of partitions sessions are spread over; 0
+	// means 16. Each partition is stored under its own subjects and read
+	// through its own durable consumer, "<Durable>-p<n>", with a pinned
+	// priority group: one instance at a time consumes a partition, and
+	// another takes over when it stops pulling for PinnedTTL. Changing it
+	// changes where the events stream stores events: Provision refuses to
+	// change it on an existing stream.
+	Partitions int
+	// PinnedTTL is how long a partition stays pinned to an instance that
+	// stopped pulling, and so bounds failover; 0 means 15s.
+	PinnedTTL time.Duration
+
+	// Durable is the stem of the events consumers' names and the name of
+	// their priority group; empty means "seamguard".
 	Durable string
 	// Shards is the number of owner goroutines; 0 means 8. A session always
 	// goes to the same shard.
@@ -119,6 +134,8 @@ func (c Config) withDefaults() Config {
 		c.Source = events.DefaultSource
 	}
 	set(&c.SpillRetries, DefaultSpillRetries)
+	set(&c.Partitions, DefaultPartitions)
+	setD(&c.PinnedTTL, DefaultPinnedTTL)
 	return c
 }
 
@@ -131,10 +148,16 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"Replicas", c.Replicas}, {"Shards", c.Shards}, {"QueueDepth", c.QueueDepth}, {"MaxBatch", c.MaxBatch}, {"MaxAckPending", c.MaxAckPending}, {"SpillRetries", c.SpillRetries}} {
+	}{{"Replicas", c.Replicas}, {"Partitions", c.Partitions}, {"Shards", c.Shards}, {"QueueDepth", c.QueueDepth}, {"MaxBatch", c.MaxBatch}, {"MaxAckPending", c.MaxAckPending}, {"SpillRetries", c.SpillRetries}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %d; it must be 0 (the default) or more", f.name, f.v))
 		}
+	}
+	if c.Partitions > 1024 {
+		errs = append(errs, fmt.Errorf("processor: Partitions is %d; use at most 1024 (each is a consumer)", c.Partitions))
+	}
+	if c.PinnedTTL > 0 && c.PinnedTTL < time.Second {
+		errs = append(errs, fmt.Errorf("processor: PinnedTTL %s is under a second; partitions would move between instances that are merely busy", c.PinnedTTL))
 	}
 	if c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("processor: Replicas is %d; JetStream allows at most 5", c.Replicas))
@@ -142,7 +165,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}} {
+	}{{"PinnedTTL", c.PinnedTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
 		}
@@ -163,7 +186,26 @@ func (c Config) Validate() error {
 }
 
 // Subjects returns the subject names of this configuration.
-func (c Config) Subjects() events.Subjects { return events.Subjects{Prefix: c.Prefix} }
+func (c Config) Subjects() events.Subjects {
+	n := c.Partitions
+	if n == 0 {
+		n = DefaultPartitions
+	}
+	return events.Subjects{Prefix: c.Prefix, Partitions: n}
+}
+
+// ConsumerName is the durable consumer of partition p; p < 0 names the
+// consumer of events whose subject names no session.
+func (c Config) ConsumerName(p int) string {
+	d := c.Durable
+	if d == "" {
+		d = DefaultDurable
+	}
+	if p < 0 {
+		return d + "-invalid"
+	}
+	return fmt.Sprintf("%s-p%d", d, p)
+}
 
 // Names are the JetStream resources of one deployment.
 type Names struct {

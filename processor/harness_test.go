@@ -31,8 +31,10 @@ func fixedNow() time.Time { return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
 // baseConfig is the configuration of most tests: file storage (the real
 // thing), a fixed source, everything else at its default.
+// baseConfig puts every session in one partition, so that one consumer
+// (durable(cfg)) sees every valid event, with a short PinnedTTL.
 func baseConfig() processor.Config {
-	return processor.Config{Source: testSource}
+	return processor.Config{Source: testSource, Partitions: 1, PinnedTTL: 2 * time.Second}
 }
 
 // env is one in-process nats-server with a client connection.
@@ -122,21 +124,42 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// consumerInfo adds up the state of every consumer of the processor: the
+// partitions' and the one for subjects that name no session. Counts are
+// summed, sequences are the highest.
 func (e *env) consumerInfo(t *testing.T, cfg processor.Config) *jetstream.ConsumerInfo {
 	t.Helper()
-	c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, durable(cfg))
-	require.NoError(t, err)
-	info, err := c.Info(e.ctx)
+	info, err := e.allConsumers(cfg)
 	require.NoError(t, err)
 	return info
 }
 
-func durable(cfg processor.Config) string {
-	if cfg.Durable == "" {
-		return processor.DefaultDurable
+func (e *env) allConsumers(cfg processor.Config) (*jetstream.ConsumerInfo, error) {
+	parts := cfg.Partitions
+	if parts == 0 {
+		parts = processor.DefaultPartitions
 	}
-	return cfg.Durable
+	var sum jetstream.ConsumerInfo
+	for p := -1; p < parts; p++ {
+		c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, cfg.ConsumerName(p))
+		if err != nil {
+			return nil, err
+		}
+		info, err := c.Info(e.ctx)
+		if err != nil {
+			return nil, err
+		}
+		sum.NumPending += info.NumPending
+		sum.NumAckPending += info.NumAckPending
+		sum.NumRedelivered += info.NumRedelivered
+		sum.Delivered.Stream = max(sum.Delivered.Stream, info.Delivered.Stream)
+		sum.AckFloor.Stream = max(sum.AckFloor.Stream, info.AckFloor.Stream)
+	}
+	return &sum, nil
 }
+
+// durable is the consumer of the only partition of baseConfig.
+func durable(cfg processor.Config) string { return cfg.ConsumerName(0) }
 
 func (e *env) streamInfo(t *testing.T, name string) *jetstream.StreamInfo {
 	t.Helper()
@@ -161,11 +184,7 @@ func (e *env) waitIdle(t *testing.T, cfg processor.Config, timeout time.Duration
 			return false
 		}
 		last := si.State.LastSeq
-		c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, durable(cfg))
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(e.ctx)
+		info, err := e.allConsumers(cfg)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= last
 	})
 }

@@ -46,12 +46,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		Name:        n.Events,
 		Description: "seamguard: session events published by agents",
 		Subjects:    []string{subj.Prefix + ".events.>"},
-		Storage:     storage,
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      c.EventsMaxAge,
-		Duplicates:  c.EventsDuplicates,
-		Replicas:    c.Replicas,
+		SubjectTransform: &jetstream.SubjectTransformConfig{
+			Source:      subj.EventsWildcard(),
+			Destination: subj.TransformDestination(),
+		},
+		Storage:    storage,
+		Retention:  jetstream.LimitsPolicy,
+		Discard:    jetstream.DiscardOld,
+		MaxAge:     c.EventsMaxAge,
+		Duplicates: c.EventsDuplicates,
+		Replicas:   c.Replicas,
 	})
 	if err != nil {
 		return nil, err
@@ -126,6 +130,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if !slices.Equal(have.Subjects, want.Subjects) {
 		bad = append(bad, fmt.Sprintf("subjects are %v, the configuration asks for %v", have.Subjects, want.Subjects))
 	}
+	if !sameTransform(have.SubjectTransform, want.SubjectTransform) {
+		bad = append(bad, fmt.Sprintf("subject transform is %s, the configuration asks for %s (partitions cannot change on a stream that holds events)", transformString(have.SubjectTransform), transformString(want.SubjectTransform)))
+	}
 	if have.Storage != want.Storage {
 		bad = append(bad, fmt.Sprintf("storage is %s, the configuration asks for %s", have.Storage, want.Storage))
 	}
@@ -148,4 +155,18 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return nil, fmt.Errorf("processor: update stream %s (max age %s, duplicates %s, replicas %d): %w", want.Name, want.MaxAge, want.Duplicates, want.Replicas, err)
 	}
 	return s, nil
+}
+
+func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func transformString(t *jetstream.SubjectTransformConfig) string {
+	if t == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s -> %s", t.Source, t.Destination)
 }

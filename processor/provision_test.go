@@ -88,9 +88,11 @@ func TestProvisionUpdatesRetentionInPlace(t *testing.T) {
 	e := newEnv(t)
 	cfg := baseConfig()
 	n := cfg.Names()
+	subj := cfg.Subjects()
 	_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
 		Name: n.Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
-		MaxAge: time.Hour, Duplicates: time.Minute,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+		MaxAge:           time.Hour, Duplicates: time.Minute,
 	})
 	require.NoError(t, err)
 	_, err = e.JS.Publish(e.ctx, "seamguard.events.kept", []byte("{}"))

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,9 @@ type Processor struct {
 
 	mu    sync.Mutex
 	abort context.CancelFunc
+
+	running                             atomic.Bool
+	handled, fenced, reloaded, caughtUp atomic.Uint64
 }
 
 // Option adjusts a Processor for tests.
@@ -84,8 +88,13 @@ func (p *Processor) Config() Config { return p.cfg }
 
 // Run consumes until ctx is cancelled, then drains: it stops fetching,
 // finishes every message already fetched (publishing, storing and acking), and
-// returns nil. It returns an error if the consumer cannot be created or the
+// returns nil. It returns an error if a consumer cannot be created or the
 // processor hits a failure it cannot retry. Abort stops it without draining.
+//
+// Run consumes every partition through its durable consumer, in the
+// consumers' pinned priority group: where several instances run, the server
+// gives each partition to one of them at a time, and to another when that
+// one stops pulling for PinnedTTL.
 func (p *Processor) Run(ctx context.Context) error {
 	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -93,24 +102,35 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.abort = cancel
 	p.mu.Unlock()
 
-	cons, err := p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, jetstream.ConsumerConfig{
-		Durable:       p.cfg.Durable,
-		Description:   "seamguard processor",
-		FilterSubject: p.subj.Prefix + ".events.>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       p.cfg.AckWait,
-		MaxAckPending: p.cfg.MaxAckPending,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // asked to stop before it began: nothing to drain
+	consumers := make([]jetstream.Consumer, 0, p.cfg.Partitions+1)
+	for part := -1; part < p.cfg.Partitions; part++ {
+		filter := p.subj.PartitionFilter(part)
+		if part < 0 {
+			filter = p.subj.Prefix + ".events.>" // what the transform leaves: no session
 		}
-		return fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.Durable, p.cfg.Names().Events, err)
+		cons, err := p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, jetstream.ConsumerConfig{
+			Durable:        p.cfg.ConsumerName(part),
+			Description:    "seamguard processor",
+			FilterSubject:  filter,
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        p.cfg.AckWait,
+			MaxAckPending:  p.cfg.MaxAckPending,
+			MaxDeliver:     -1,
+			DeliverPolicy:  jetstream.DeliverAllPolicy,
+			PriorityPolicy: jetstream.PriorityPolicyPinned,
+			PriorityGroups: []string{p.cfg.Durable},
+			PinnedTTL:      p.cfg.PinnedTTL,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // asked to stop before it began: nothing to drain
+			}
+			return fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), p.cfg.Names().Events, err)
+		}
+		consumers = append(consumers, cons)
 	}
 	shards := make([]*shard, p.cfg.Shards)
-	errs := make(chan error, len(shards))
+	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
 	for i := range shards {
 		shards[i] = &shard{p: p, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
@@ -123,26 +143,58 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 		}(shards[i])
 	}
-	p.log.Info("processor running", "stream", p.cfg.Names().Events, "consumer", p.cfg.Durable, "shards", p.cfg.Shards)
-	// A message delivered before but not acknowledged (to a process that
-	// died, or lost on the way with a connection or a restarted server) is
-	// redelivered only when its ack deadline passes, interleaved with new
-	// messages: later messages of its session may arrive first. horizon is
-	// the highest stream sequence such a message may have; every session
-	// catches up to it from the stream before it goes on (see catchUp).
-	// It is what the consumer had delivered but not all acknowledged at
-	// start, and it is raised to what the consumer has delivered whenever
-	// the delivery sequence breaks, which is how a lost delivery shows.
-	var horizon uint64
-	if ci := cons.CachedInfo(); ci != nil && ci.AckFloor.Stream < ci.Delivered.Stream {
-		horizon = ci.Delivered.Stream
+	p.log.Info("processor running", "stream", p.cfg.Names().Events, "partitions", p.cfg.Partitions, "shards", p.cfg.Shards)
+	var fetchers sync.WaitGroup
+	for _, cons := range consumers {
+		fetchers.Add(1)
+		go func() {
+			defer fetchers.Done()
+			if err := p.fetch(ctx, hard, cons, shards); err != nil {
+				errs <- err
+				cancel()
+			}
+		}()
 	}
-	var lastDelivery uint64
+	p.running.Store(true)
+	fetchers.Wait()
+	p.running.Store(false)
+	for _, s := range shards {
+		close(s.q)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	p.log.Info("processor stopped")
+	return nil
+}
+
+// fetch pulls one consumer's messages and hands them to their shards until
+// ctx (drain) or hard (abort) ends. It returns an error only when the
+// consumer is gone.
+func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, shards []*shard) error {
+	name := cons.CachedInfo().Name
+	// A message delivered before but not acknowledged (to a process that
+	// died, to an instance that lost the partition, or lost on the way with
+	// a connection or a restarted server) is redelivered only when its ack
+	// deadline passes, interleaved with new messages: later messages of its
+	// session may arrive first. horizon is the highest stream sequence such
+	// a message may have; every session catches up to it from the stream
+	// before it goes on (see catchUp), after reading its stored state again
+	// (another instance may have moved it on). horizon is raised to what the
+	// consumer has delivered whenever this instance's delivery sequence
+	// breaks, which is how a lost delivery or a partition that changed hands
+	// shows, and on the first delivery this instance gets.
+	var horizon, lastDelivery uint64
 	dispatch := func(msg jetstream.Msg) {
 		if meta, err := msg.Metadata(); err == nil {
-			if lastDelivery != 0 && meta.Sequence.Consumer != lastDelivery+1 {
+			if lastDelivery == 0 || meta.Sequence.Consumer != lastDelivery+1 {
 				h := max(p.delivered(hard, cons), meta.Sequence.Stream)
-				p.log.Info("a delivery was lost; sessions catch up from the stream", "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
+				if lastDelivery != 0 {
+					p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
+						"consumer", name, "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
+				}
 				horizon = max(horizon, h)
 			}
 			lastDelivery = meta.Sequence.Consumer
@@ -160,9 +212,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	// stops with no delivery on the way: nothing it was sent stays
 	// unacknowledged until the ack deadline (a continuous pull, unsubscribed,
 	// can lose a message the server was sending at that moment).
-	var stopped error // why consuming stopped when nobody asked it to
 	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
-		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(fetchWait))
+		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(fetchWait), jetstream.FetchPriorityGroup(p.cfg.Durable))
 		if err == nil {
 			msgs := batch.Messages()
 		recv:
@@ -179,34 +230,49 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 			err = batch.Error()
 		}
-		if err == nil || hard.Err() != nil {
-			attempt = 0
+		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrPinIDMismatch) {
+			if err != nil && hard.Err() == nil {
+				p.log.Debug("the partition is pinned to another instance", "consumer", name)
+			}
+			attempt = 0 // another instance holds the partition, or nothing came
 			continue
 		}
 		if _, ierr := cons.Info(hard); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
-			stopped = fmt.Errorf("processor: consumer %s on %s stopped: %w", p.cfg.Durable, p.cfg.Names().Events, errors.Join(err, ierr))
-			p.log.Error("consumer stopped", "err", stopped)
-			break
+			err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, errors.Join(err, ierr))
+			p.log.Error("consumer stopped", "err", err)
+			return err
 		}
-		p.log.Warn("fetching failed; retrying", "err", err)
+		p.log.Warn("fetching failed; retrying", "consumer", name, "err", err)
 		if sleep(hard, backoff(attempt)) != nil {
-			break
+			return nil
 		}
 		attempt++
 	}
-	for _, s := range shards {
-		close(s.q)
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	if stopped != nil {
-		return stopped
-	}
-	p.log.Info("processor stopped")
 	return nil
+}
+
+// Ready reports whether Run is consuming; nil means ready.
+func (p *Processor) Ready() error {
+	if !p.running.Load() {
+		return errors.New("processor: not consuming")
+	}
+	if st := p.status(); st != nats.CONNECTED {
+		return fmt.Errorf("processor: NATS connection is %s", st)
+	}
+	return nil
+}
+
+// Stats are counters of what the runtime did, for tests and metrics.
+type Stats struct {
+	Handled  uint64 // inputs decided (skipped redeliveries not counted)
+	Fenced   uint64 // session states another instance had changed: cache dropped, inputs left to it
+	Reloaded uint64 // cached sessions read again after a break in delivery
+	CaughtUp uint64 // messages applied from the stream ahead of their redelivery
+}
+
+// Stats returns the counters so far. Safe for concurrent use.
+func (p *Processor) Stats() Stats {
+	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load()}
 }
 
 // fetchWait is how long one fetch waits for messages, and so the longest a
@@ -253,6 +319,8 @@ type session struct {
 	dirty bool
 	// caughtUp is the horizon this session caught up to; 0 after loading.
 	caughtUp uint64
+	// loaded is the horizon in force when the state was read.
+	loaded uint64
 }
 
 // delivery is a message on its way to its shard, with the horizon in
@@ -304,8 +372,9 @@ func (s *shard) run(ctx context.Context) error {
 
 // ack is what to do with one input once its effects are durable.
 type ack struct {
-	msg  jetstream.Msg
-	term string // non-empty: terminate with this reason instead of acking
+	msg     jetstream.Msg
+	session string // the session it changed, if any
+	term    string // non-empty: terminate with this reason instead of acking
 }
 
 // handle runs a batch: steps every message, publishes the outputs
@@ -328,7 +397,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		var sess *session
 		sid, serr := p.subj.SessionOf(m.Subject())
 		if serr == nil {
-			sess, err = s.load(ctx, sid)
+			sess, err = s.load(ctx, sid, d.horizon)
 			if err != nil {
 				return err
 			}
@@ -373,19 +442,42 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				sess.caughtUp = d.horizon
 			}
 		}
-		acks = append(acks, ack{msg: m, term: term})
+		p.handled.Add(1)
+		a := ack{msg: m, term: term}
+		if sess != nil {
+			a.session = sess.id
+		}
+		acks = append(acks, a)
 	}
 	for _, pub := range pubs {
 		if err := p.confirm(ctx, pub); err != nil {
 			return err
 		}
 	}
+	var fenced map[string]bool
 	for _, sess := range touched {
-		if err := s.store(ctx, sess); err != nil {
+		err := s.store(ctx, sess)
+		if errors.Is(err, errFenced) {
+			// Another instance owns the session now (the partition moved):
+			// leave its inputs unacknowledged for the owner, which applies
+			// them in order or skips them; what was published is what the
+			// owner publishes, since decisions depend only on the inputs.
+			p.log.Warn("session moved on under another instance; leaving it", "session", sess.id, "err", err)
+			p.fenced.Add(1)
+			if fenced == nil {
+				fenced = map[string]bool{}
+			}
+			fenced[sess.id] = true
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
 	for _, a := range acks {
+		if fenced[a.session] {
+			continue
+		}
 		var err error
 		if a.term != "" {
 			err = a.msg.TermWithReason(a.term)
@@ -431,6 +523,7 @@ func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jets
 			return nil
 		}
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
+		p.caughtUp.Add(1)
 		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
 			return s.spill(ctx, m, req)
 		})
@@ -459,6 +552,9 @@ type spillFunc func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillR
 // ledger may ask for. It returns the outputs to publish and, for a rejected input, the reason
 // to terminate it with. The runtime and Rebuild share it, so both decide alike.
 func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr nats.Header, data []byte, seq uint64, spillFn spillFunc) ([]events.Output, string, error) {
+	if _, ok := hdr[pinHeader]; ok {
+		hdr = headerMap(hdr) // the input as published, without the delivery's pin
+	}
 	ev, derr := events.DecodeMsg(subject, hdr, data, p.subj)
 	if derr != nil {
 		var e *events.Error
@@ -632,10 +728,28 @@ func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.P
 }
 
 // load returns the cached session, reading its stored state on first use.
-func (s *shard) load(ctx context.Context, id string) (*session, error) {
+//
+// A session cached since before horizon is read again: after a break in
+// delivery another instance may have moved it on (its own writes are always
+// stored before its inputs are acked, so the cache never knows more than
+// the bucket).
+func (s *shard) load(ctx context.Context, id string, horizon uint64) (*session, error) {
 	if sess := s.sessions[id]; sess != nil {
-		return sess, nil
+		if sess.loaded >= horizon {
+			return sess, nil
+		}
+		delete(s.sessions, id)
+		s.p.reloaded.Add(1)
 	}
+	sess, err := s.read(ctx, id)
+	if err == nil {
+		sess.loaded = horizon
+	}
+	return sess, err
+}
+
+// read reads a session's stored state into the cache.
+func (s *shard) read(ctx context.Context, id string) (*session, error) {
 	kv := s.p.res.Sessions
 	for attempt := 0; ; attempt++ {
 		e, err := kv.Get(ctx, id)
@@ -703,9 +817,20 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 	}
 }
 
+// pinHeader is the header the server adds to each delivery of a pinned
+// consumer.
+const pinHeader = "Nats-Pin-Id"
+
+// headerMap copies the headers the input was published with, for a
+// rejection to echo. Nats-Pin-Id is left out: the server adds it to each
+// delivery of a pinned consumer, so it is no part of the input and differs
+// from one delivery to the next.
 func headerMap(h nats.Header) map[string][]string {
 	out := make(map[string][]string, len(h))
 	for k, v := range h {
+		if k == pinHeader {
+			continue
+		}
 		out[k] = append([]string(nil), v...)
 	}
 	return out

@@ -289,7 +289,7 @@ var errPutReturned = errors.New("spill: the object store put returned")
 // checkEnds makes sure the transcript's first and last events are still in
 // the stream before anything is read.
 func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.SpillRequest) error {
-	subject := s.Subjects.Events(req.Session)
+	subject := s.Subjects.Stored(req.Session)
 	for _, end := range []struct {
 		seq  uint64
 		what string
@@ -313,7 +313,7 @@ func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.
 // an ordered consumer and writes the accepted ones to w.
 func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer) error {
 	cons, err := s.JS.OrderedConsumer(ctx, s.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{s.Subjects.Events(req.Session)},
+		FilterSubjects:    []string{s.Subjects.Stored(req.Session)},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       req.FirstSeq,
 		InactiveThreshold: time.Minute,
