@@ -30,6 +30,9 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Prefix, "prefix", "seamguard", "first subject token and stem of every stream, bucket and object store name")
 	fs.IntVar(&p.cfg.Replicas, "replicas", 1, "replicas of streams, bucket and object store (3 on a cluster of 3 or more)")
 	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
+	fs.IntVar(&p.cfg.Partitions, "partitions", processor.DefaultPartitions, "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
+	p.cfg.PinnedTTL = processor.DefaultPinnedTTL
+	fs.DurationVar(&p.cfg.PinnedTTL, "pinned-ttl", processor.DefaultPinnedTTL, "how long a partition stays with an instance that stopped pulling: the failover time")
 	p.cfg.EventsMaxAge = processor.DefaultEventsMaxAge
 	fs.Var(durationValue{&p.cfg.EventsMaxAge}, "events-max-age", "how long input events are kept (spills need them), e.g. 7d or 48h")
 	fs.Var(durationValue{&p.cfg.VerdictsMaxAge}, "verdicts-max-age", "how long verdicts are kept; 0 keeps them forever")
@@ -105,6 +108,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	dataDir := fs.String("data-dir", "seamguard-data", "where the embedded server stores JetStream data")
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
 	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming")
+	healthListen := fs.String("health-listen", "", "serve /healthz and /readyz on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -159,6 +163,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	p, err := processor.New(ctx, js, cfg, processor.WithLogger(log))
 	if err != nil {
 		return err
+	}
+	if *healthListen != "" {
+		addr, err := serveHealth(ctx, *healthListen, health{nc: nc, ready: p.Ready}, log)
+		if err != nil {
+			return err
+		}
+		log.Info("health endpoints", "url", "http://"+addr+"/healthz")
 	}
 	if *rebuild {
 		rep, err := p.Rebuild(ctx, true)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -190,7 +192,7 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	want := offlineVerdicts(t, lines)
 
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "serve", "--nats-url", srv.Server.ClientURL(), "--source", "urn:seamguard:test", "--shards", "4", "--ack-wait", "2s", "--log-level", "warn")
+		cmd := exec.Command(bin, "serve", "--nats-url", srv.Server.ClientURL(), "--source", "urn:seamguard:test", "--shards", "4", "--ack-wait", "2s", "--pinned-ttl", "2s", "--log-level", "warn")
 		var logs bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		require.NoError(t, cmd.Start())
@@ -262,7 +264,7 @@ func TestOperatorCommands(t *testing.T) {
 	url := srv.Server.ClientURL()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan int, 1)
-	var serveOut, serveErr bytes.Buffer
+	var serveOut, serveErr lockedBuffer
 	go func() {
 		served <- run(ctx, []string{"serve", "--nats-url", url, "--log-level", "warn"}, strings.NewReader(""), &serveOut, &serveErr)
 	}()
@@ -342,4 +344,73 @@ func TestServeUsageErrors(t *testing.T) {
 	code, _, stderr := runCLI(t, "", "serve")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "SEAMGUARD_SHARDS")
+}
+
+// TestServeHealth checks /healthz and /readyz of a running serve.
+func TestServeHealth(t *testing.T) {
+	srv := embedded.StartTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--nats-url", srv.Server.ClientURL(), "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), &out, &errb)
+	}()
+	var url string
+	require.Eventually(t, func() bool {
+		for _, l := range strings.Split(errb.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "health endpoints" {
+				url = strings.TrimSuffix(m["url"].(string), "/healthz")
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+	get := func(path string) int {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, http.StatusOK, get("/healthz"))
+	assert.Equal(t, http.StatusMethodNotAllowed, func() int {
+		resp, err := http.Post(url+"/healthz", "text/plain", nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}())
+	// With NATS gone, neither is healthy.
+	srv.Server.Shutdown()
+	require.Eventually(t, func() bool {
+		return get("/healthz") == http.StatusServiceUnavailable && get("/readyz") == http.StatusServiceUnavailable
+	},
+		10*time.Second, 20*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a command may write while a test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// health serves /healthz (the process runs and NATS is connected) and
+// /readyz (the processor consumes), for compose health checks and
+// Kubernetes probes.
+type health struct {
+	nc    *nats.Conn
+	ready func() error
+}
+
+func (h health) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if st := h.nc.Status(); st != nats.CONNECTED {
+			http.Error(w, "nats: "+st.String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if st := h.nc.Status(); st != nats.CONNECTED {
+			http.Error(w, "nats: "+st.String(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := h.ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// serveHealth listens on addr until ctx ends. It returns once listening, with
+// the address it listens on.
+func serveHealth(ctx context.Context, addr string, h health, log *slog.Logger) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%w: --health-listen %s: %v", errUsage, addr, err)
+	}
+	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("health endpoint stopped", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return ln.Addr().String(), nil
+}
