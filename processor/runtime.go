@@ -614,7 +614,7 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 		if ctx.Err() != nil {
 			return ledger.SpillResult{}, ctx.Err()
 		}
-		if !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
+		if errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
 			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err

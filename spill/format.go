@@ -17,6 +17,10 @@ import (
 var (
 	ErrDigestMismatch = errors.New("spill: digest mismatch")
 	ErrIncomplete     = errors.New("spill: transcript incomplete")
+	// ErrUnavailable means the transcript could not be read now although
+	// nothing shows it is gone (a lagging replica, a leader election): a
+	// caller should try again later rather than give the session up.
+	ErrUnavailable = errors.New("spill: transcript unavailable for now")
 )
 
 // Bucket is the object store bucket spills go to, before a prefix is applied.

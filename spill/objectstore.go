@@ -366,8 +366,17 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 			return err
 		}
 		if seq < req.LastSeq && md.NumPending == 0 {
-			return fmt.Errorf("%w: stream %s holds no event of session %s after sequence %d, but the transcript ends at %d (deleted or aged out)",
-				ErrIncomplete, s.Stream, req.Session, seq, req.LastSeq)
+			// The consumer sees nothing more, but it may sit on a replica
+			// that lags: only the stream's leader can say the end is gone.
+			str, serr := s.JS.Stream(ctx, s.Stream)
+			if serr == nil {
+				serr = s.checkEnds(ctx, str, req)
+			}
+			if errors.Is(serr, ErrIncomplete) {
+				return serr
+			}
+			return fmt.Errorf("%w: the reader of stream %s sees no event of session %s after sequence %d, but the transcript ends at %d and the stream still holds it",
+				ErrUnavailable, s.Stream, req.Session, seq, req.LastSeq)
 		}
 	}
 	// Checked before the pipe closes cleanly, so that Put never stores a
@@ -401,8 +410,8 @@ func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, req ledg
 		if errors.Is(serr, ErrIncomplete) {
 			return nil, serr
 		}
-		return nil, fmt.Errorf("spill: no event of session %s arrived from stream %s within %s after sequence %d (the transcript ends at %d)",
-			req.Session, s.Stream, readIdle, last, req.LastSeq)
+		return nil, fmt.Errorf("%w: no event of session %s arrived from stream %s within %s after sequence %d (the transcript ends at %d)",
+			ErrUnavailable, req.Session, s.Stream, readIdle, last, req.LastSeq)
 	}
 	return nil, fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
 }
