@@ -349,21 +349,28 @@ func structuredMsg(t testing.TB, subj events.Subjects, line []byte) *nats.Msg {
 // ack. It returns the stream sequence of each.
 func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {
 	t.Helper()
-	futs := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		f, err := e.JS.PublishMsgAsync(m)
-		require.NoError(t, err)
-		futs[i] = f
-	}
+	// In windows, so that the client's limit on outstanding asynchronous
+	// publishes never stalls a large workload.
+	const window = 1000
 	seqs := make([]uint64, len(msgs))
-	for i, f := range futs {
-		select {
-		case ack := <-f.Ok():
-			seqs[i] = ack.Sequence
-		case err := <-f.Err():
-			t.Fatalf("publish %d (%s): %v", i, msgs[i].Subject, err)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("publish %d: no ack", i)
+	for lo := 0; lo < len(msgs); lo += window {
+		hi := min(lo+window, len(msgs))
+		futs := make([]jetstream.PubAckFuture, hi-lo)
+		for i := lo; i < hi; i++ {
+			f, err := e.JS.PublishMsgAsync(msgs[i])
+			require.NoError(t, err)
+			futs[i-lo] = f
+		}
+		for k, f := range futs {
+			i := lo + k
+			select {
+			case ack := <-f.Ok():
+				seqs[i] = ack.Sequence
+			case err := <-f.Err():
+				t.Fatalf("publish %d (%s): %v", i, msgs[i].Subject, err)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("publish %d: no ack", i)
+			}
 		}
 	}
 	return seqs
