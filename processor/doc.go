@@ -33,6 +33,18 @@
 // with backoff, so the session's order never changes; the ack deadline is
 // extended while a spill runs.
 //
+// Ownership moves (a partition changing hands, a lost delivery, a crash)
+// show as a break in an instance's delivery sequence. After one, a session
+// is read again from the bucket before it is used, and catches up from the
+// stream: the messages after its stored sequence that were delivered
+// elsewhere and not acknowledged are applied in order, ahead of their
+// redelivery, which is then skipped. The bucket's compare-and-swap is the
+// fence: an instance that lost a session and still writes gets a revision
+// mismatch, drops the session and leaves its inputs unacknowledged for the
+// owner. Because a decision depends only on the session's inputs in stream
+// order, whatever either instance published is what the other publishes,
+// under the same ids.
+//
 // Rebuild derives every session's state from the events stream alone and
 // compares it with the bucket (see its doc for how spill outcomes are found).
 //

@@ -735,7 +735,10 @@ func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.P
 // the bucket).
 func (s *shard) load(ctx context.Context, id string, horizon uint64) (*session, error) {
 	if sess := s.sessions[id]; sess != nil {
-		if sess.loaded >= horizon {
+		// A session changed in the batch at hand is newer than the bucket
+		// until the batch is stored; if another instance moved it on, the
+		// compare-and-swap at the end of the batch says so.
+		if sess.loaded >= horizon || sess.dirty {
 			return sess, nil
 		}
 		delete(s.sessions, id)
@@ -803,12 +806,16 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			// Our own earlier attempt may have landed with its reply lost.
-			if e, gerr := kv.Get(ctx, sess.id); gerr == nil && bytes.Equal(e.Value(), val) {
+			e, gerr := kv.Get(ctx, sess.id)
+			switch {
+			case gerr == nil && bytes.Equal(e.Value(), val):
 				sess.rev, sess.dirty = e.Revision(), false
 				return nil
+			case gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound):
+				delete(s.sessions, sess.id)
+				return fmt.Errorf("%w: %s (revision %d)", errFenced, sess.id, sess.rev)
 			}
-			delete(s.sessions, sess.id)
-			return fmt.Errorf("%w: %s (revision %d)", errFenced, sess.id, sess.rev)
+			err = gerr // cannot tell yet: try again
 		}
 		p.log.Warn("storing session state failed; retrying", "session", sess.id, "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
