@@ -57,11 +57,16 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	}()
 
 	cl := embedded.StartCluster(t, 3)
-	ccfg := cfg
-	ccfg.Replicas = 3
+	ccfg := cfg // Replicas 0: three on a cluster of three
 	envs := []*env{clusterEnv(t, cl, 0), clusterEnv(t, cl, 1), clusterEnv(t, cl, 2)}
-	_, err := processor.Provision(envs[0].ctx, envs[0].JS, ccfg)
+	res, err := processor.Provision(envs[0].ctx, envs[0].JS, ccfg)
 	require.NoError(t, err)
+	for _, s := range []jetstream.Stream{res.Events, res.Verdicts} {
+		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "replicated three times on a three-server cluster")
+	}
+	st, err := res.Sessions.Status(envs[0].ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
 	runs := []*running{envs[0].start(t, ccfg), envs[1].start(t, ccfg), envs[2].start(t, ccfg)}
 
 	pub := clusterEnv(t, cl, 1)

@@ -36,8 +36,9 @@ type Config struct {
 	// stream, bucket and object store name; empty means "seamguard".
 	Prefix string
 
-	// Replicas of every stream, bucket and object store; 0 means 1. Use 3
-	// on a cluster of three or more servers.
+	// Replicas of every stream, bucket and object store; 0 means 3 when
+	// the server seamguard connects to is in a cluster of three or more
+	// servers, and 1 otherwise.
 	Replicas int
 	// EventsMaxAge is how long input events are kept; 0 means 7 days. A
 	// spill needs every event of the session it writes: sessions older than
@@ -112,7 +113,6 @@ func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = events.DefaultPrefix
 	}
-	set(&c.Replicas, DefaultReplicas)
 	setD(&c.EventsMaxAge, DefaultEventsMaxAge)
 	setD(&c.EventsDuplicates, DefaultEventsDuplicates)
 	setD(&c.VerdictsDuplicates, DefaultVerdictsDuplicates)

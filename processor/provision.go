@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -34,6 +35,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		return nil, err
 	}
 	c = c.withDefaults()
+	if c.Replicas == 0 {
+		c.Replicas = autoReplicas(js.Conn())
+	}
 	n := c.Names()
 	subj := c.Subjects()
 	storage := jetstream.FileStorage
@@ -169,4 +173,13 @@ func transformString(t *jetstream.SubjectTransformConfig) string {
 		return "none"
 	}
 	return fmt.Sprintf("%s -> %s", t.Source, t.Destination)
+}
+
+// autoReplicas is 3 when nc is connected to a cluster that has told it of
+// three or more servers, and 1 otherwise.
+func autoReplicas(nc *nats.Conn) int {
+	if nc != nil && nc.ConnectedClusterName() != "" && len(nc.Servers()) >= 3 {
+		return 3
+	}
+	return DefaultReplicas
 }

@@ -60,6 +60,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Replicas == 0 {
+		cfg.Replicas = autoReplicas(js.Conn())
+	}
 	p := &Processor{
 		cfg:  cfg,
 		js:   js,

@@ -28,7 +28,7 @@ type procFlags struct {
 
 func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Prefix, "prefix", "seamguard", "first subject token and stem of every stream, bucket and object store name")
-	fs.IntVar(&p.cfg.Replicas, "replicas", 1, "replicas of streams, bucket and object store (3 on a cluster of 3 or more)")
+	fs.IntVar(&p.cfg.Replicas, "replicas", 0, "replicas of streams, bucket and object store; 0: 3 on a cluster of 3 or more servers, else 1")
 	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
 	fs.IntVar(&p.cfg.Partitions, "partitions", processor.DefaultPartitions, "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
 	p.cfg.PinnedTTL = processor.DefaultPinnedTTL
