@@ -324,6 +324,8 @@ type session struct {
 	caughtUp uint64
 	// loaded is the horizon in force when the state was read.
 	loaded uint64
+	// fresh is true from reading the state until its first catch-up.
+	fresh bool
 }
 
 // delivery is a message on its way to its shard, with the horizon in
@@ -405,15 +407,22 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				return err
 			}
 			if seq <= sess.seq {
-				acks = append(acks, ack{msg: m}) // applied before a restart: never twice
+				// Applied before (a restart, a catch-up): never twice. The
+				// ack waits for the session's store like any other: if
+				// the batch loses the session to another instance, what
+				// this instance applied may not be stored anywhere.
+				acks = append(acks, ack{msg: m, session: sess.id})
 				continue
 			}
-			if d.horizon > sess.caughtUp {
+			if d.horizon > sess.caughtUp || sess.fresh {
 				// The messages before this one that may be pending
-				// elsewhere; those after it follow below.
+				// elsewhere; those after it follow below. A state just
+				// read always checks: the session may have been left
+				// by a fenced batch whose inputs wait for redelivery.
 				if err := s.catchUp(ctx, sess, seq-1, m, &pubs); err != nil {
 					return err
 				}
+				sess.fresh = false
 			}
 		}
 		outs, term, err := p.step(ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
@@ -703,17 +712,29 @@ func (p *Processor) confirm(ctx context.Context, pub published) error {
 	return err
 }
 
+// pubAckWait bounds the wait for one publish ack.
+const pubAckWait = 10 * time.Second
+
 // confirmAck is confirm, returning the server's ack.
 func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.PubAck, error) {
 	for attempt := 0; ; attempt++ {
 		var err error
+		// A publish ack lost with a connection or a server restart never
+		// resolves the future: wait a bounded time, then publish again
+		// (same id, so the stream keeps one).
+		t := time.NewTimer(pubAckWait)
 		select {
 		case ack := <-pub.f.Ok():
+			t.Stop()
 			return ack, nil
 		case err = <-pub.f.Err():
+		case <-t.C:
+			err = fmt.Errorf("no publish ack within %s", pubAckWait)
 		case <-ctx.Done():
+			t.Stop()
 			return nil, ctx.Err()
 		}
+		t.Stop()
 		p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return nil, err
@@ -761,7 +782,7 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 		e, err := kv.Get(ctx, id)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			sess := &session{id: id}
+			sess := &session{id: id, fresh: true}
 			s.sessions[id] = sess
 			return sess, nil
 		case err == nil:
@@ -771,7 +792,7 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 				// let an operator rebuild it from the events stream.
 				return nil, fmt.Errorf("processor: session %s: %w; run seamguard serve --rebuild", id, err)
 			}
-			sess := &session{id: id, l: st.Ledger, seq: st.Seq, rev: e.Revision()}
+			sess := &session{id: id, l: st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
 			s.sessions[id] = sess
 			return sess, nil
 		}
