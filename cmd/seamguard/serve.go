@@ -31,7 +31,6 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.cfg.Replicas, "replicas", 0, "replicas of streams, bucket and object store; 0: 3 on a cluster of 3 or more servers, else 1")
 	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
 	fs.IntVar(&p.cfg.Partitions, "partitions", processor.DefaultPartitions, "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
-	p.cfg.PinnedTTL = processor.DefaultPinnedTTL
 	fs.DurationVar(&p.cfg.PinnedTTL, "pinned-ttl", processor.DefaultPinnedTTL, "how long a partition stays with an instance that stopped pulling: the failover time")
 	p.cfg.EventsMaxAge = processor.DefaultEventsMaxAge
 	fs.Var(durationValue{&p.cfg.EventsMaxAge}, "events-max-age", "how long input events are kept (spills need them), e.g. 7d or 48h")
@@ -39,7 +38,6 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.policy, "policy", "spill", "what an unrecoverable compaction gets: spill (refuse and spill the transcript) or halt")
 	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
-	p.cfg.AckWait = processor.DefaultAckWait
 	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
 }
 
