@@ -162,15 +162,15 @@ func TestBadInputCorpusDecode(t *testing.T) {
 
 // badInputSetup are the valid sessions that the stateful cases need.
 func badInputSetup() []*sessionScript {
-	closed := &sessionScript{id: "closedsess"}
-	closed.open("turns", 4, "turns")
-	closed.turns(1, 1)
-	closed.event(events.TypeSessionClosed, nil)
-	state := &sessionScript{id: "statesess"}
-	state.open("turns", 4, "turns")
-	state.turns(4, 1) // statesess-0003 is the turn at offset 1
-	big := &sessionScript{id: "bigsess"}
-	big.open("turns", 4, "turns")
+	closed := &sessionScript{ID: "closedsess"}
+	closed.Open("turns", 4, "turns")
+	closed.Turns(1, 1)
+	closed.Event(events.TypeSessionClosed, nil)
+	state := &sessionScript{ID: "statesess"}
+	state.Open("turns", 4, "turns")
+	state.Turns(4, 1) // statesess-0003 is the turn at offset 1
+	big := &sessionScript{ID: "bigsess"}
+	big.Open("turns", 4, "turns")
 	return []*sessionScript{closed, state, big}
 }
 
@@ -178,26 +178,26 @@ func badInputSetup() []*sessionScript {
 // is refused and spilled, its retry allowed, a commit, and a clean
 // compaction after more turns.
 func badInputReference() *sessionScript {
-	s := &sessionScript{id: "clean"}
-	s.open("turns", 4, "turns")
-	s.turns(10, 1)
-	s.truncate(0, 3)
-	s.compact("c1", rng(0, 10), rng(0, 6), 6, false) // reach [2,6) and [0,3) lost: refused, spilled
-	s.compact("c1", rng(0, 10), rng(0, 6), 6, false) // the retry: allowed by the spill
-	s.commit("c1")
-	s.turns(6, 1)
-	s.compact("c2", rng(6, 16), rng(0, 12), 12, true)
-	s.commit("c2")
+	s := &sessionScript{ID: "clean"}
+	s.Open("turns", 4, "turns")
+	s.Turns(10, 1)
+	s.Truncate(0, 3)
+	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // reach [2,6) and [0,3) lost: refused, spilled
+	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // the retry: allowed by the spill
+	s.Commit("c1")
+	s.Turns(6, 1)
+	s.Compact("c2", rng(6, 16), rng(0, 12), 12, true)
+	s.Commit("c2")
 	return s
 }
 
 func scriptMsgs(t *testing.T, subj events.Subjects, s *sessionScript) []*nats.Msg {
-	out := make([]*nats.Msg, 0, len(s.items))
-	for _, it := range s.items {
-		if it.structured {
-			out = append(out, structuredMsg(t, subj, it.line))
+	out := make([]*nats.Msg, 0, len(s.Items))
+	for _, it := range s.Items {
+		if it.Structured {
+			out = append(out, structuredMsg(t, subj, it.Line))
 		} else {
-			out = append(out, binaryMsg(t, subj, it.line))
+			out = append(out, binaryMsg(t, subj, it.Line))
 		}
 	}
 	return out

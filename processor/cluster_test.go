@@ -40,7 +40,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 		t.Skip("a three-server cluster run")
 	}
 	w := genWorkload(200)
-	require.GreaterOrEqual(t, len(w.items), 5000)
+	require.GreaterOrEqual(t, len(w.Items), 5000)
 	cfg := baseConfig()
 	cfg.Partitions = 8
 	cfg.AckWait = 2 * time.Second
@@ -50,7 +50,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	ref := func() outcome {
 		e := newEnv(t)
 		r := e.start(t, cfg)
-		e.publishAll(t, w.msgs(t, cfg.Subjects()))
+		e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
 		e.waitIdle(t, cfg, 2*time.Minute)
 		require.NoError(t, r.stop(t))
 		return e.outcome(t, cfg)
@@ -70,7 +70,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	runs := []*running{envs[0].start(t, ccfg), envs[1].start(t, ccfg), envs[2].start(t, ccfg)}
 
 	pub := clusterEnv(t, cl, 1)
-	msgs := w.msgs(t, ccfg.Subjects())
+	msgs := msgsOf(t, w, ccfg.Subjects())
 	half := len(msgs) / 2
 	pub.publishAll(t, msgs[:half])
 	waitFor(t, time.Minute, "the instances to be busy", func() bool {
@@ -111,7 +111,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	got := pub.outcome(t, ccfg)
 	requireSameOutcome(t, ref, got)
 	t.Logf("%d events over %d sessions, %d verdicts, each once and as decided by a single instance; CAS conflicts %d (each left the session to its owner, none lost a state), %d caught up, %d reloaded",
-		len(msgs), w.sessions, len(got.verdicts), fenced, caught, reloaded)
+		len(msgs), w.Sessions, len(got.verdicts), fenced, caught, reloaded)
 }
 
 // TestFailoverTime kills the instance that owns a partition and measures how

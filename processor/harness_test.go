@@ -301,50 +301,6 @@ func readLines(t *testing.T, rel string) [][]byte {
 	return out
 }
 
-// binaryMsg turns one structured JSON event into a binary-mode NATS message:
-// every attribute but data in a ce-* header, datacontenttype as
-// Content-Type, data as the body, Nats-Msg-Id = id.
-func binaryMsg(t testing.TB, subj events.Subjects, line []byte) *nats.Msg {
-	t.Helper()
-	var attrs map[string]json.RawMessage
-	require.NoError(t, json.Unmarshal(line, &attrs))
-	var session, id string
-	require.NoError(t, json.Unmarshal(attrs["subject"], &session))
-	require.NoError(t, json.Unmarshal(attrs["id"], &id))
-	m := nats.NewMsg(subj.Events(session))
-	for name, raw := range attrs {
-		switch name {
-		case "data":
-			m.Data = raw
-			continue
-		}
-		val := string(raw)
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			val = s
-		}
-		if name == "datacontenttype" {
-			m.Header.Set("Content-Type", val)
-			continue
-		}
-		m.Header.Set("ce-"+name, val)
-	}
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	return m
-}
-
-// structuredMsg publishes the line as it is, in structured mode.
-func structuredMsg(t testing.TB, subj events.Subjects, line []byte) *nats.Msg {
-	t.Helper()
-	var a struct{ ID, Subject string }
-	require.NoError(t, json.Unmarshal(line, &a))
-	m := nats.NewMsg(subj.Events(a.Subject))
-	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
-	m.Header.Set(jetstream.MsgIDHeader, a.ID)
-	m.Data = append([]byte(nil), line...)
-	return m
-}
-
 // publishAll publishes msgs in order, asynchronously, and waits for every
 // ack. It returns the stream sequence of each.
 func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {

@@ -39,7 +39,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 
 	// A third time, through New, with a processor's worth of data in it.
 	r := e.start(t, cfg)
-	e.publishAll(t, genWorkload(2).msgs(t, cfg.Subjects()))
+	e.publishAll(t, msgsOf(t, genWorkload(2), cfg.Subjects()))
 	e.waitIdle(t, cfg, 20*time.Second)
 	require.NoError(t, r.stop(t))
 	_, err = processor.Provision(e.ctx, e.JS, cfg)

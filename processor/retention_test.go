@@ -24,20 +24,20 @@ func TestEventsAgeOutBeforeCompaction(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 	r := e.start(t, cfg)
 	subj := cfg.Subjects()
-	s := &sessionScript{id: "aging"}
+	s := &sessionScript{ID: "aging"}
 	sent := 0
 	publish := func() []uint64 {
 		var msgs []*nats.Msg
-		for _, it := range s.items[sent:] {
-			msgs = append(msgs, binaryMsg(t, subj, it.line))
+		for _, it := range s.Items[sent:] {
+			msgs = append(msgs, binaryMsg(t, subj, it.Line))
 		}
-		sent = len(s.items)
+		sent = len(s.Items)
 		return e.publishAll(t, msgs)
 	}
 
-	s.open("turns", 4, "turns")
-	s.turns(20, 1)
-	s.truncate(0, 8)
+	s.Open("turns", 4, "turns")
+	s.Turns(20, 1)
+	s.Truncate(0, 8)
 	early := publish()
 	e.waitIdle(t, cfg, 10*time.Second)
 	waitFor(t, 15*time.Second, "the early events to age out", func() bool {
@@ -49,11 +49,11 @@ func TestEventsAgeOutBeforeCompaction(t *testing.T) {
 		return err == nil && info.State.FirstSeq > early[len(early)-1]
 	})
 
-	s.turns(4, 1)
-	tail := s.head - 4
+	s.Turns(4, 1)
+	tail := s.Head - 4
 	// The floor and the reach are in the input; [0, 8) is in no summary.
-	s.compact("c1", rng(8, s.head), rng(8, tail), tail, false)
-	s.compact("c2", rng(8, s.head), rng(8, tail), tail, false)
+	s.Compact("c1", rng(8, s.Head), rng(8, tail), tail, false)
+	s.Compact("c2", rng(8, s.Head), rng(8, tail), tail, false)
 	publish()
 	e.waitIdle(t, cfg, 10*time.Second)
 
@@ -76,9 +76,9 @@ func TestEventsAgeOutBeforeCompaction(t *testing.T) {
 
 	// The operator accepts the loss; the same compaction is now allowed,
 	// the lost offsets cured by the waiver, not by a spill.
-	s.event(events.TypeSessionResumed, map[string]any{"note": "turns 0-7 aged out of the events stream; accepted as lost (OPS-1)"})
-	s.compact("c3", rng(8, s.head), rng(8, tail), tail, false)
-	s.commit("c3")
+	s.Event(events.TypeSessionResumed, map[string]any{"note": "turns 0-7 aged out of the events stream; accepted as lost (OPS-1)"})
+	s.Compact("c3", rng(8, s.Head), rng(8, tail), tail, false)
+	s.Commit("c3")
 	publish()
 	e.waitIdle(t, cfg, 10*time.Second)
 	vs = e.verdicts(t, cfg)

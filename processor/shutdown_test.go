@@ -21,7 +21,7 @@ func TestGracefulShutdownAcksWhatItFetched(t *testing.T) {
 	// is busy from its first fetch on.
 	_, err := processor.Provision(e.ctx, e.JS, cfg)
 	require.NoError(t, err)
-	e.publishAll(t, w.msgs(t, cfg.Subjects()))
+	e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
 
 	r := e.start(t, cfg)
 	waitFor(t, 30*time.Second, "the first verdicts", func() bool {
