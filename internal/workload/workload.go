@@ -124,18 +124,22 @@ func (s *Script) Resend() {
 // HealthyChain is a session that compacts cleanly, again and again.
 func HealthyChain(s *Script, span uint64, rounds int) {
 	s.Open("turns", span, "turns")
-	var prevTail uint64
+	Rounds(s, "h", span, rounds, 0, true)
+}
+
+// Rounds appends rounds of turns, each followed by a compaction whose
+// summary covers everything before the tail and which is committed; every
+// third round is also sent twice, as a retry. The first round's summarizer
+// reads from prevTail (from 0 without carrying a summary when first).
+func Rounds(s *Script, prefix string, span uint64, rounds int, prevTail uint64, first bool) {
 	for r := range rounds {
 		s.Turns(int(2*span+2), 1)
 		tail := s.Head - span
-		req := fmt.Sprintf("h%d", r)
-		if r == 0 {
-			s.Compact(req, R(0, s.Head), R(0, tail), tail, false)
-		} else {
-			s.Compact(req, R(prevTail, s.Head), R(0, tail), tail, true)
-		}
+		req := fmt.Sprintf("%s%d", prefix, r)
+		carries := !(first && r == 0)
+		s.Compact(req, R(prevTail, s.Head), R(0, tail), tail, carries)
 		if r%3 == 1 {
-			s.Compact(req, R(prevTail, s.Head), R(0, tail), tail, r > 0) // a retry: allowed again
+			s.Compact(req, R(prevTail, s.Head), R(0, tail), tail, carries) // a retry: allowed again
 		}
 		s.Commit(req)
 		prevTail = tail
