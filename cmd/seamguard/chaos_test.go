@@ -56,11 +56,11 @@ var chaosPlans = map[string]chaosPlan{
 type chaosReportT struct {
 	Size              string         `json:"size"`
 	Sessions          int            `json:"sessions"`
-	Events            int            `json:"events"`           // messages published, agent retries included
-	Stored            uint64         `json:"stored"`           // messages in the events stream
-	Requests          int            `json:"requests"`         // distinct compaction.requested events
-	Decided           int            `json:"decided"`          // requests with exactly one decision
-	Verdicts          int            `json:"verdicts"`         // distinct verdict ids in the chaos run
+	Events            int            `json:"events"`   // messages published, agent retries included
+	Stored            uint64         `json:"stored"`   // messages in the events stream
+	Requests          int            `json:"requests"` // distinct compaction.requested events
+	Decided           int            `json:"decided"`  // requests with exactly one decision
+	Verdicts          int            `json:"verdicts"` // distinct verdict ids in the chaos run
 	ReferenceVerdicts int            `json:"reference_verdicts"`
 	ByKind            map[string]int `json:"by_kind"`
 	Lost              int            `json:"lost"`       // in the reference, not in the chaos run
@@ -459,8 +459,8 @@ func TestChaos(t *testing.T) {
 	store := &spill.Store{JS: js, Stream: "SEAMGUARD_EVENTS", Subjects: subj, Bucket: "seamguard-spills"}
 	for _, body := range got {
 		var v struct {
-			Type        string `json:"type"`
-			CausationID string `json:"causationid"`
+			Type        string          `json:"type"`
+			CausationID string          `json:"causationid"`
 			Data        json.RawMessage `json:"data"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(body), &v))
