@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
 )
@@ -104,8 +106,14 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 			return nil, fmt.Errorf("client: waiting for the verdict of compaction request %q of session %s: %w", req.RequestID, s.id, err)
 		}
 		v, err := events.DecodeVerdict(m.Data)
-		if err != nil || v.Cause.ID != eventID {
-			continue // not a verdict, or not about this request
+		if err != nil {
+			continue // not a verdict
+		}
+		if d, ok := v.Data.(*events.EventRejected); ok && rejects(v, d, eventID) {
+			return nil, &RejectedError{Session: s.id, EventID: eventID, Rejection: d}
+		}
+		if v.Cause.ID != eventID {
+			continue // about another event
 		}
 		var requestID string
 		switch d := v.Data.(type) {
@@ -115,8 +123,6 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 			requestID = d.RequestID
 		case *events.SessionHalted:
 			requestID = d.RequestID
-		case *events.EventRejected:
-			return nil, &RejectedError{Session: s.id, EventID: eventID, Rejection: d}
 		default:
 			continue // transcript.spilled: the refusal that follows carries the handle
 		}
@@ -178,4 +184,24 @@ func (s *Session) Compact(ctx context.Context, req events.CompactionRequested) (
 	}
 	again.Previous = v
 	return again, nil
+}
+
+// rejects reports whether a rejection answers the event eventID. A
+// rejection has a causationid only when the event decoded far enough to
+// have an id; otherwise it names the input by its headers, and the client
+// set Nats-Msg-Id (and, in binary mode, ce-id) to the event id.
+func rejects(v *events.Verdict, d *events.EventRejected, eventID string) bool {
+	if v.Cause.ID != "" {
+		return v.Cause.ID == eventID
+	}
+	for name, vals := range d.Input.Headers {
+		if strings.EqualFold(name, jetstream.MsgIDHeader) || strings.EqualFold(name, "ce-id") {
+			for _, val := range vals {
+				if val == eventID {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
