@@ -353,6 +353,20 @@ func TestUnpublishedEventStaysFirst(t *testing.T) {
 	n, err := sg.eventsInStream(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), n)
+
+	// A close that could not be published is sent by the next Close.
+	require.NoError(t, sg.js.DeleteStream(ctx, sg.cfg.Names().Events))
+	require.ErrorIs(t, s.Close(ctx), client.ErrNotPublished)
+	_, err = s.Append(ctx, client.Turn{})
+	require.ErrorIs(t, err, client.ErrClosed)
+	_, err = processor.Provision(ctx, sg.js, sg.cfg)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(ctx))
+	stream, err = sg.js.Stream(ctx, sg.cfg.Names().Events)
+	require.NoError(t, err)
+	m, err := stream.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, events.TypeSessionClosed, m.Header.Get("ce-type"))
 }
 
 // TestWrongStreamIsAnError: a publish that lands in another stream than

@@ -238,12 +238,13 @@ func (s *Session) Commit(ctx context.Context, requestID string) error {
 }
 
 // Close publishes io.seamguard.session.closed. Later calls that publish
-// return ErrClosed. Close of a closed session is a no-op.
+// return ErrClosed. Close of a closed session only publishes what is still
+// pending (the close itself, if its publish failed).
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil
+		return s.flushLocked(ctx)
 	}
 	_, err := s.sendLocked(ctx, events.TypeSessionClosed, newID(), struct{}{}, func() { s.closed = true })
 	return err
