@@ -416,3 +416,33 @@ func TestArgumentsAndClosedSession(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(3), n, "open, one turn, close: nothing invalid was published")
 }
+
+// TestResumeAtHead: a process that restarts resumes its session with
+// SessionConfig.Head; the re-open is accepted and turns continue there.
+func TestResumeAtHead(t *testing.T) {
+	sg := newSeamguard(t, true)
+	ctx := testContext(t)
+	c, err := client.New(sg.nc, client.Config{})
+	require.NoError(t, err)
+	s, err := c.Open(ctx, "resumed", events.UnitTurns, 2)
+	require.NoError(t, err)
+	for range 3 {
+		_, err := s.Append(ctx, client.Turn{})
+		require.NoError(t, err)
+	}
+
+	again, err := c.OpenSession(ctx, client.SessionConfig{ID: "resumed", Span: 2, Head: 3})
+	require.NoError(t, err)
+	r, err := again.Append(ctx, client.Turn{})
+	require.NoError(t, err)
+	assert.Equal(t, events.Range{Start: 3, End: 4}, r)
+	v, err := again.RequestCompaction(ctx, events.CompactionRequested{
+		SummarizerInput: events.Range{End: 4}, SummaryRange: events.Range{End: 2}, TailStart: 2,
+	})
+	require.NoError(t, err)
+	require.NotNil(t, v.Allowed(), "%s", v.Type)
+	assert.Equal(t, uint64(4), v.Allowed().Head)
+	got, err := sg.verdicts(ctx, 1, 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, v.ID, got[0].ID, "no rejection before the verdict")
+}
