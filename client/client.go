@@ -1,0 +1,122 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/seamguard/seamguard/events"
+)
+
+// Errors of the client. Methods wrap them with what went wrong, so test
+// them with errors.Is.
+var (
+	// ErrNoVerdict: the context ended before the verdict of a compaction
+	// request arrived.
+	ErrNoVerdict = errors.New("client: no verdict")
+	// ErrNotPublished: an event could not be stored in the events stream.
+	// The session keeps it and publishes it again, with the same id,
+	// before its next event (or on Flush).
+	ErrNotPublished = errors.New("client: event not published")
+	// ErrClosed: the session was closed with Close.
+	ErrClosed = errors.New("client: session closed")
+	// ErrNotRetryable: Retry was given a verdict that is not a refusal
+	// with next "retry".
+	ErrNotRetryable = errors.New("client: verdict is not a retryable refusal")
+	// ErrInvalid: an argument is out of range; nothing was published.
+	ErrInvalid = errors.New("client: invalid argument")
+)
+
+// Client publishes the events of agent sessions to seamguard and waits for
+// its verdicts. It holds no state of its own beyond its configuration: any
+// goroutine may use it at any time, and it may open any number of sessions.
+type Client struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      Config
+	subjects events.Subjects
+	now      func() time.Time
+}
+
+// New returns a Client that publishes through nc with JetStream acks and
+// listens to verdicts on nc. It needs no JetStream API access: an agent
+// identity that may publish on <prefix>.events.> and subscribe to
+// <prefix>.verdicts.> and _INBOX.> is enough. The caller keeps owning nc.
+func New(nc *nats.Conn, cfg Config) (*Client, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: the NATS connection is nil; connect with nats.Connect first", ErrInvalid)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	return &Client{nc: nc, js: js, cfg: cfg, subjects: events.Subjects{Prefix: cfg.Prefix}, now: time.Now}, nil
+}
+
+// Config returns the client's configuration with every default filled in.
+func (c *Client) Config() Config { return c.cfg }
+
+// Subjects returns the subject names the client uses.
+func (c *Client) Subjects() events.Subjects { return c.subjects }
+
+// newID returns a fresh event id: a NUID, 22 characters unique across
+// processes without coordination.
+func newID() string { return nuid.Next() }
+
+// publish stores ev in the events stream: up to PublishAttempts attempts,
+// each waiting AckTimeout for the JetStream ack, all with Nats-Msg-Id = the
+// event id, so an attempt whose ack was lost is dropped by the stream's
+// dedupe window instead of stored twice. Errors the next attempt cannot
+// cure (a stream that refuses the message) end it at once.
+func (c *Client) publish(ctx context.Context, ev *outEvent) (*jetstream.PubAck, error) {
+	var last error
+	for attempt := 0; attempt < c.cfg.PublishAttempts; attempt++ {
+		if attempt > 0 {
+			wait := time.Duration(min(attempt, 5)) * 100 * time.Millisecond
+			select {
+			case <-ctx.Done():
+				return nil, c.publishErr(ev, errors.Join(last, ctx.Err()))
+			case <-time.After(wait):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+		ack, err := c.js.PublishMsg(actx, ev.msg,
+			jetstream.WithMsgID(ev.id), jetstream.WithExpectStream(c.cfg.Stream))
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			return nil, c.publishErr(ev, errors.Join(err, ctx.Err()))
+		}
+		if !transient(err) {
+			break
+		}
+	}
+	return nil, c.publishErr(ev, last)
+}
+
+func (c *Client) publishErr(ev *outEvent, err error) error {
+	return fmt.Errorf("%w: %s event %s of session %s on %s (stream %s): %w",
+		ErrNotPublished, ev.typ, ev.id, ev.session, ev.msg.Subject, c.cfg.Stream, err)
+}
+
+// transient reports whether another attempt of a publish may succeed.
+func transient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected)
+}

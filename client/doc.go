@@ -1,0 +1,70 @@
+// Package client is the Go client agents use to talk to seamguard: it
+// publishes a session's events as CloudEvents to the events stream and
+// waits for the verdicts on compaction requests.
+//
+//	c, _ := client.New(nc, client.Config{Source: "urn:agent:billing/worker-3"})
+//	s, _ := c.Open(ctx, "ops-agent-42", events.UnitTurns, 12) // floor: last 12 turns
+//	s.Append(ctx, client.Turn{Role: "user", Content: "..."})  // at the head; the session counts offsets
+//	s.Truncated(ctx, events.Range{Start: 0, End: 8}, "budget")
+//	v, _ := s.Compact(ctx, events.CompactionRequested{...}) // request, and retry after a spill
+//	if v.Allowed() != nil { /* apply it */ s.Commit(ctx, v.Request.RequestID) }
+//	s.Close(ctx)
+//
+// # Publishing
+//
+// Every event is a CloudEvents 1.0 event on <prefix>.events.<session>, in
+// binary content mode by default (ce-specversion, ce-id, ce-source,
+// ce-type, ce-subject and ce-time headers, values percent-encoded as the
+// NATS protocol binding's draft asks; Content-Type application/json; the
+// data as the body), or in structured mode with Config.Structured. Each is
+// published with JetStream and its ack awaited before the session's next
+// event is sent, so a session's events are stored in the order of the
+// calls. The publish names the events stream it expects
+// (Nats-Expected-Stream), so an event captured by some other stream is an
+// error, not a silent loss.
+//
+// # Event ids and retries
+//
+// Event ids are random NUIDs, one per event, never derived from the session
+// and a counter: an agent that restarts and resumes a session (see
+// SessionConfig.Head) cannot collide with the ids it used before, which
+// seamguard would drop as duplicates. Idempotence comes from reusing the id:
+// every attempt to publish one event carries the same ce-id and
+// Nats-Msg-Id = ce-id, so the stream's dedupe window (10 minutes by default)
+// drops an attempt whose first ack was lost. When every attempt fails the
+// method returns an error wrapping ErrNotPublished and the session keeps the
+// event: it is sent again, same id, before the session's next event, or by
+// Flush. Nothing later overtakes it. A turn in that state still counts as
+// appended.
+//
+// # Verdicts
+//
+// RequestCompaction subscribes to <prefix>.verdicts.<session>.* (core NATS;
+// the agent needs no JetStream API access), and only then publishes the
+// request under a fresh event id. It returns the first allowed, refused or
+// halted verdict whose causationid is that event id and whose request_id is
+// the request's, or a *RejectedError if seamguard rejected the event. When
+// the context ends first, the error wraps ErrNoVerdict and
+// context.DeadlineExceeded and names the request id.
+//
+// A refusal with next "retry" carries a spill handle: seamguard wrote the
+// whole transcript to the object store, so what the compaction drops can be
+// re-read. Requesting the same compaction again is then allowed. Retry does
+// it: same request_id (a compaction.committed names the request id, and
+// counts its latest verdict), fresh event id. Compact requests and, if
+// needed, retries once; the final verdict's Previous is the refusal.
+//
+// A core subscription is at-most-once: a verdict published while the
+// client's connection is down is not delivered to it, and RequestCompaction
+// then waits until its context ends. The verdict is still in the verdict
+// stream (seamguard watch shows it); requesting the compaction again asks
+// for a new evaluation.
+//
+// # Concurrency
+//
+// A Client may be used by any number of goroutines. A Session is safe for
+// concurrent use: publishes take its lock one at a time, and
+// RequestCompaction holds the lock while it subscribes and publishes, not
+// while it waits, so other goroutines may append meanwhile (the request
+// then covers the head at the moment it was published).
+package client

@@ -1,0 +1,207 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/events"
+)
+
+// Verdict is seamguard's answer to one compaction request: allowed,
+// refused or halted. The embedded events.Verdict is the verdict event as
+// it arrived (its Cause.ID, the causationid, is EventID).
+type Verdict struct {
+	*events.Verdict
+	// Request is the compaction request this verdict answers, with its
+	// request id filled in.
+	Request events.CompactionRequested
+	// EventID is the id of the compaction.requested event that was
+	// published.
+	EventID string
+	// Previous is, for a verdict returned by Compact after a retry, the
+	// refusal that came first (with the spill handle); nil otherwise.
+	Previous *Verdict
+}
+
+// Allowed returns the verdict's data if the compaction was allowed, else nil.
+func (v *Verdict) Allowed() *events.CompactionAllowed {
+	d, _ := v.Data.(*events.CompactionAllowed)
+	return d
+}
+
+// Refused returns the verdict's data if the compaction was refused, else nil.
+func (v *Verdict) Refused() *events.CompactionRefused {
+	d, _ := v.Data.(*events.CompactionRefused)
+	return d
+}
+
+// Halted returns the verdict's data if the session was halted, else nil.
+func (v *Verdict) Halted() *events.SessionHalted {
+	d, _ := v.Data.(*events.SessionHalted)
+	return d
+}
+
+// Retryable reports whether the verdict is a refusal whose next step is
+// "retry": seamguard wrote a spill that covers what the compaction puts at
+// risk, and the same compaction requested again will be allowed (unless
+// the session changed in between).
+func (v *Verdict) Retryable() bool {
+	r := v.Refused()
+	return r != nil && r.Next == events.NextRetry
+}
+
+// RejectedError is returned when seamguard rejected the compaction.requested
+// event itself (it was not a valid event): the event.rejected verdict.
+type RejectedError struct {
+	Session   string
+	EventID   string
+	Rejection *events.EventRejected
+}
+
+func (e *RejectedError) Error() string {
+	r := e.Rejection
+	return fmt.Sprintf("client: seamguard rejected event %s of session %s: %s (field %q): %s",
+		e.EventID, e.Session, r.Code, r.Field, r.Message)
+}
+
+// RequestCompaction asks seamguard whether a compaction is safe and waits
+// for its verdict. An empty req.RequestID is filled with a fresh id.
+//
+// It subscribes to the session's verdict subjects before it publishes the
+// request (with a fresh event id), and returns the first verdict whose
+// causationid is that event id and whose request_id is req.RequestID, or a
+// *RejectedError if the event was rejected. When ctx ends first it returns
+// an error wrapping ErrNoVerdict that names the request; the verdict, when
+// the processor gets to it, is still in the verdict stream.
+//
+// A refused verdict may be retryable (see Retry and Compact). A halted
+// session refuses every compaction until an operator resumes it.
+func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRequested) (*Verdict, error) {
+	if req.RequestID == "" {
+		req.RequestID = newID()
+	}
+	eventID := newID()
+	sub, err := s.publishRequest(ctx, eventID, req)
+	if sub != nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	if err != nil {
+		return nil, err
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				continue // some verdicts were dropped; ours may still come
+			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w for compaction request %q of session %s (event %s) before the context ended: %w; is the seamguard processor running? The verdict, once decided, is on %s and in the verdict stream",
+					ErrNoVerdict, req.RequestID, s.id, eventID, ctx.Err(), s.c.subjects.Verdict(s.id, "<kind>"))
+			}
+			return nil, fmt.Errorf("client: waiting for the verdict of compaction request %q of session %s: %w", req.RequestID, s.id, err)
+		}
+		v, err := events.DecodeVerdict(m.Data)
+		if err != nil {
+			continue // not a verdict
+		}
+		if d, ok := v.Data.(*events.EventRejected); ok && rejects(v, d, eventID) {
+			return nil, &RejectedError{Session: s.id, EventID: eventID, Rejection: d}
+		}
+		if v.Cause.ID != eventID {
+			continue // about another event
+		}
+		var requestID string
+		switch d := v.Data.(type) {
+		case *events.CompactionAllowed:
+			requestID = d.RequestID
+		case *events.CompactionRefused:
+			requestID = d.RequestID
+		case *events.SessionHalted:
+			requestID = d.RequestID
+		default:
+			continue // transcript.spilled: the refusal that follows carries the handle
+		}
+		if requestID == req.RequestID {
+			return &Verdict{Verdict: v, Request: req, EventID: eventID}, nil
+		}
+	}
+}
+
+// publishRequest subscribes to the session's verdicts and then publishes
+// the request, under the session's lock so that it keeps its place among
+// the session's events.
+func (s *Session) publishRequest(ctx context.Context, eventID string, req events.CompactionRequested) (*nats.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("%w: session %s: open a new session to compact", ErrClosed, s.id)
+	}
+	sub, err := s.c.nc.SubscribeSync(s.c.subjects.Verdict(s.id, "*"))
+	if err != nil {
+		return nil, fmt.Errorf("client: subscribing to the verdicts of session %s: %w", s.id, err)
+	}
+	// The server has the subscription before the request can be decided.
+	if err := s.c.nc.FlushWithContext(ctx); err != nil {
+		return sub, fmt.Errorf("client: subscribing to the verdicts of session %s: %w", s.id, err)
+	}
+	_, err = s.sendLocked(ctx, events.TypeCompactionRequested, eventID, &req, nil)
+	return sub, err
+}
+
+// Retry requests again the compaction a retryable refusal answered, with
+// the same request id and a fresh event id, and waits for its verdict.
+// After a refusal with next "retry", seamguard has spilled the transcript,
+// so the retry is allowed unless the session changed in between; the
+// agent should keep the refusal's spill handle to re-read what the
+// compaction drops. Retry of any other verdict returns ErrNotRetryable.
+func (s *Session) Retry(ctx context.Context, refused *Verdict) (*Verdict, error) {
+	if refused == nil || !refused.Retryable() {
+		return nil, fmt.Errorf("%w: only a refusal with next %q can be retried", ErrNotRetryable, events.NextRetry)
+	}
+	return s.RequestCompaction(ctx, refused.Request)
+}
+
+// Compact requests a compaction and, if it is refused with next "retry",
+// retries it once, as the contract's refuse-spill-retry flow goes. It
+// returns the last verdict; after a retry its Previous is the refusal.
+func (s *Session) Compact(ctx context.Context, req events.CompactionRequested) (*Verdict, error) {
+	v, err := s.RequestCompaction(ctx, req)
+	if err != nil || !v.Retryable() {
+		return v, err
+	}
+	again, err := s.Retry(ctx, v)
+	if err != nil {
+		spill := "none"
+		if h := v.Refused().Spill; h != nil {
+			spill = h.Bucket + "/" + h.Name
+		}
+		return nil, fmt.Errorf("client: retrying compaction %q after its refusal (spill %s): %w", v.Request.RequestID, spill, err)
+	}
+	again.Previous = v
+	return again, nil
+}
+
+// rejects reports whether a rejection answers the event eventID. A
+// rejection has a causationid only when the event decoded far enough to
+// have an id; otherwise it names the input by its headers, and the client
+// set Nats-Msg-Id (and, in binary mode, ce-id) to the event id.
+func rejects(v *events.Verdict, d *events.EventRejected, eventID string) bool {
+	if v.Cause.ID != "" {
+		return v.Cause.ID == eventID
+	}
+	for name, vals := range d.Input.Headers {
+		if strings.EqualFold(name, jetstream.MsgIDHeader) || strings.EqualFold(name, "ce-id") {
+			for _, val := range vals {
+				if val == eventID {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
