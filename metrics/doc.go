@@ -14,8 +14,10 @@
 // (allowed, refused or halted). It includes the wait in the shard's queue,
 // decoding, the decision, a spill when one is written, and the publish; it
 // does not include storing the session state and acknowledging the input,
-// which follow. Requests applied by a catch-up (read from the stream ahead of
-// their redelivery) are not measured.
+// which follow. A request applied by a catch-up (read from the stream ahead of
+// its own delivery, as when a session is first read while its later messages
+// are already on their way) is timed from the receipt of the message whose
+// handling caught the session up.
 //
 // Consumer lag is polled: WatchConsumers asks the server for each consumer's
 // info at an interval and sets the number of messages not yet delivered

@@ -19,9 +19,11 @@ type Observer interface {
 	// type, or "" when it could not be decoded (it is then rejected).
 	Input(eventType string)
 	// Published is called for every output once the verdict stream has
-	// acknowledged it. received is when the input it answers was received
-	// from the events stream; it is zero when unknown (outputs of a
-	// catch-up).
+	// acknowledged it. received is when the message whose handling decided
+	// it was received from the events stream: the input it answers, or,
+	// for an input applied by a catch-up (read from the stream ahead of its
+	// own delivery), the message that caught its session up. It is zero
+	// when unknown.
 	Published(o events.Output, received time.Time)
 	// Spilled is called for every spill written (and verified, when the
 	// configuration says so), with how long writing it took.

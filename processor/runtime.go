@@ -394,7 +394,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	var pubs []published
 	var touched []*session
 	for _, d := range batch {
-		m := d.msg
+		m, first := d.msg, len(pubs)
 		meta, err := m.Metadata()
 		if err != nil {
 			p.log.Error("message without JetStream metadata", "subject", m.Subject(), "err", err)
@@ -442,7 +442,6 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			if err != nil {
 				return err
 			}
-			pub.received = d.at
 			pubs = append(pubs, pub)
 		}
 		if sess != nil {
@@ -457,6 +456,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				}
 				sess.caughtUp = d.horizon
 			}
+		}
+		for i := first; i < len(pubs); i++ {
+			pubs[i].received = d.at // caught-up outputs too: decided on its receipt
 		}
 		p.handled.Add(1)
 		a := ack{msg: m, term: term}
@@ -692,7 +694,7 @@ type published struct {
 	id       string
 	f        jetstream.PubAckFuture
 	out      events.Output
-	received time.Time // when its input was received; zero when unknown
+	received time.Time // when the message whose handling decided it was received
 }
 
 func (p *Processor) publish(ctx context.Context, o events.Output) (published, error) {
