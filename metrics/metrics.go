@@ -89,7 +89,7 @@ type Recorder struct {
 	consumerPending *prometheus.GaugeVec
 	pollErrors      prometheus.Counter
 
-	okType   map[string]bool
+	byType   map[string]prometheus.Counter // read-only after New
 	okCode   map[events.Code]bool
 	okReason map[events.ReasonCode]bool
 	okKind   map[string]bool
@@ -162,7 +162,7 @@ func New() *Recorder {
 			Name: "seamguard_consumer_poll_errors_total",
 			Help: "Failed requests for a consumer's info while polling the consumer lag.",
 		}),
-		okType:   map[string]bool{},
+		byType:   map[string]prometheus.Counter{},
 		okCode:   map[events.Code]bool{},
 		okReason: map[events.ReasonCode]bool{},
 		okKind:   map[string]bool{},
@@ -171,9 +171,9 @@ func New() *Recorder {
 		r.spillSeconds, r.decision, r.snapshot, r.casConflicts, r.consumerLag, r.consumerPending, r.pollErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range InputTypes {
-		r.okType[t] = true
-		r.events.WithLabelValues(t)
+		r.byType[t] = r.events.WithLabelValues(t)
 	}
+	r.byType[Other] = r.events.WithLabelValues(Other)
 	for _, c := range RejectionCodes {
 		r.okCode[c] = true
 		r.rejections.WithLabelValues(string(c))
@@ -204,11 +204,12 @@ func (r *Recorder) Input(eventType string) {
 	t := TypeInvalid
 	if eventType != "" {
 		t = short(eventType)
-		if !r.okType[t] {
-			t = Other
-		}
 	}
-	r.events.WithLabelValues(t).Inc()
+	c, ok := r.byType[t]
+	if !ok {
+		c = r.byType[Other]
+	}
+	c.Inc()
 }
 
 // Published counts a verdict, its reasons and, for a rejection, its code,

@@ -285,3 +285,29 @@ func checkDashboard(t *testing.T, s metricstest.Scrape) {
 	}
 	assert.Greater(t, n, 10, "dashboard queries")
 }
+
+// TestServeLogAndMetricsFlags checks the logging and metrics flags' errors,
+// given as flags and as environment variables.
+func TestServeLogAndMetricsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"serve", "--log-format", "xml"}, nil, `--log-format "xml": use text or json`},
+		{[]string{"serve", "--log-level", "loud"}, nil, `--log-level "loud": use debug, info, warn or error`},
+		{[]string{"serve"}, map[string]string{"SEAMGUARD_LOG_FORMAT": "yaml"}, `--log-format "yaml"`},
+		{[]string{"serve"}, map[string]string{"SEAMGUARD_LOG_LEVEL": "chatty"}, `--log-level "chatty"`},
+		{[]string{"serve", "--lag-interval", "1ms"}, nil, "--lag-interval 1ms is too short"},
+		{[]string{"serve"}, map[string]string{"SEAMGUARD_LAG_INTERVAL": "often"}, "SEAMGUARD_LAG_INTERVAL"},
+	} {
+		t.Run(strings.Join(append(tc.args[1:], fmt.Sprint(tc.env)), " "), func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			code, _, stderr := runCLI(t, "", tc.args...)
+			assert.Equal(t, 2, code, stderr)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
+}
