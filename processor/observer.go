@@ -94,7 +94,7 @@ func (p *Processor) observe(pub published) {
 		attrs = append(attrs, slog.String("spill", d.Name), slog.Uint64("bytes", d.Size))
 	}
 	if !pub.received.IsZero() {
-		attrs = append(attrs, slog.Duration("latency", time.Since(pub.received)))
+		attrs = append(attrs, slog.String("latency", time.Since(pub.received).Round(time.Microsecond).String()))
 	}
 	p.log.LogAttrs(ctx, level, "verdict", attrs...)
 }

@@ -630,7 +630,7 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 	for attempt := 0; ; attempt++ {
 		h, err := p.store.Write(ctx, req)
 		if err == nil {
-			p.log.Info("spilled", "session", req.Session, "name", req.Name, "bytes", h.Size, "events", h.Events)
+			p.log.Info("spilled", "session", req.Session, "seq", req.Cause.Meta.Seq, "name", req.Name, "bytes", h.Size, "events", h.Events)
 			p.obs.Spilled(h, time.Since(start))
 			return ledger.SpillResult{Handle: h}, nil
 		}
@@ -638,13 +638,13 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 			return ledger.SpillResult{}, ctx.Err()
 		}
 		if errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
-			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "err", err)
+			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err
 			}
 			continue
 		}
-		p.log.Warn("spill failed; the session halts", "session", req.Session, "err", err)
+		p.log.Warn("spill failed; the session halts", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 		p.obs.SpillFailed()
 		return ledger.SpillResult{Failure: err.Error()}, nil
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/seamguard/seamguard/metrics/metricstest"
 )
 
-var showScrape = flag.Bool("show-scrape", false, "TestServeMetrics: print the seamguard_ lines of the scrape")
+var showScrape = flag.Bool("show-scrape", false, "TestServeMetrics: print the seamguard_ lines of the scrape and the verdict log lines")
 
 // TestServeMetrics runs `serve` with --health-listen, plays the seed story
 // and one malformed input into it, scrapes /metrics over HTTP and holds the
@@ -190,6 +190,13 @@ func TestServeMetrics(t *testing.T) {
 		}
 	}
 	require.NotNil(t, refusal, "no refusal in the log:\n%s", errb.String())
+	if *showScrape {
+		for _, l := range strings.Split(errb.String(), "\n") {
+			if strings.Contains(l, `"msg":"verdict"`) || strings.Contains(l, `"msg":"spilled"`) {
+				fmt.Println(l)
+			}
+		}
+	}
 	assert.Equal(t, "INFO", refusal["level"])
 	assert.Equal(t, "ops-agent-42", refusal["session"])
 	assert.Equal(t, 55.0, refusal["seq"])
