@@ -82,7 +82,8 @@ func TestServeMetrics(t *testing.T) {
 			return false
 		}
 		rej, _ := s.Value("seamguard_rejections_total", map[string]string{"code": "malformed"})
-		_, lag := s.Value("seamguard_consumer_lag", map[string]string{"consumer": "seamguard-p0"})
+		// A poll sets the consumers one by one: wait for all 17.
+		lag := len(s.LabelValues("seamguard_consumer_lag", "consumer")) == 17
 		return decisions() == 2 && rej == 1 && lag
 	}, 30*time.Second, 50*time.Millisecond)
 	require.NoError(t, err)
