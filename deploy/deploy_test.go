@@ -869,6 +869,11 @@ func TestKubernetes(t *testing.T) {
 	if _, port, err := net.SplitHostPort(fmt.Sprint(data["SEAMGUARD_HEALTH_LISTEN"])); err != nil || port != strconv.Itoa(healthPort) {
 		t.Errorf("SEAMGUARD_HEALTH_LISTEN %v does not listen on the probes' port %d", data["SEAMGUARD_HEALTH_LISTEN"], healthPort)
 	}
+	// Prometheus scrapes /metrics, which serve puts beside the probes.
+	ann, _ := dig(dep, "spec", "template", "metadata", "annotations").(map[string]any)
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != strconv.Itoa(healthPort) {
+		t.Errorf("pod annotations %v: want prometheus.io/scrape \"true\", path /metrics and port %d (the probes' port, where serve puts /metrics)", ann, healthPort)
+	}
 	var hosts []string
 	for _, u := range strings.Split(fmt.Sprint(data["SEAMGUARD_NATS_URL"]), ",") {
 		pu, err := url.Parse(u)

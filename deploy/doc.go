@@ -2,7 +2,8 @@
 // configuration of a three-node JetStream cluster and of a single server
 // (nats/), with one account and three least-privilege identities (agent,
 // processor, operator); the Kubernetes manifests of the processor
-// (kubernetes/); values for the official NATS Helm chart (helm/); and, at the
+// (kubernetes/); values for the official NATS Helm chart (helm/); an example
+// Grafana dashboard over the processors' /metrics (grafana/); and, at the
 // repository root, docker-compose.yaml and the Dockerfile. healthcheck/ is the
 // small probe the image uses for container health checks, since the image has
 // no shell.

@@ -50,4 +50,9 @@
 //
 // Run drains on cancellation: it stops fetching and finishes what it fetched.
 // Abort stops at once, as a crash would.
+//
+// An Observer (WithObserver; package metrics implements one) is told of every
+// input stepped, every output once its publish is acknowledged, every spill,
+// state write and compare-and-swap conflict; each acknowledged verdict is also
+// logged with its session, sequence and kind.
 package processor

@@ -35,6 +35,7 @@ type Processor struct {
 	log    *slog.Logger
 	now    func() time.Time
 	status func() nats.Status
+	obs    Observer
 
 	mu    sync.Mutex
 	abort context.CancelFunc
@@ -70,6 +71,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 		subj: cfg.Subjects(),
 		log:  slog.New(slog.DiscardHandler),
 		now:  time.Now,
+		obs:  nopObserver{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -204,7 +206,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 		}
 		s := shards[shardOf(msg.Subject(), len(shards))]
 		select {
-		case s.q <- delivery{msg: msg, horizon: horizon}:
+		case s.q <- delivery{msg: msg, horizon: horizon, at: time.Now()}:
 		case <-hard.Done():
 		}
 	}
@@ -333,6 +335,7 @@ type session struct {
 type delivery struct {
 	msg     jetstream.Msg
 	horizon uint64
+	at      time.Time // when it was received, for the decision latency
 }
 
 // shard owns the sessions whose subjects hash to it. Only its goroutine
@@ -391,7 +394,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	var pubs []published
 	var touched []*session
 	for _, d := range batch {
-		m := d.msg
+		m, first := d.msg, len(pubs)
 		meta, err := m.Metadata()
 		if err != nil {
 			p.log.Error("message without JetStream metadata", "subject", m.Subject(), "err", err)
@@ -454,6 +457,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				sess.caughtUp = d.horizon
 			}
 		}
+		for i := first; i < len(pubs); i++ {
+			pubs[i].received = d.at // caught-up outputs too: decided on its receipt
+		}
 		p.handled.Add(1)
 		a := ack{msg: m, term: term}
 		if sess != nil {
@@ -465,6 +471,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		if err := p.confirm(ctx, pub); err != nil {
 			return err
 		}
+		p.observe(pub)
 	}
 	var fenced map[string]bool
 	for _, sess := range touched {
@@ -569,6 +576,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 	}
 	ev, derr := events.DecodeMsg(subject, hdr, data, p.subj)
 	if derr != nil {
+		p.obs.Input("")
 		var e *events.Error
 		if !errors.As(derr, &e) {
 			e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
@@ -581,6 +589,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 		return []events.Output{ledger.Rejection(cause, sid, e)}, "seamguard: rejected: " + string(e.Code), nil
 	}
 	ev.Meta.Seq = seq
+	p.obs.Input(ev.Type)
 	cfg := ledger.Config{Policy: p.cfg.Policy}
 	res, err := ledger.Step(&sess.l, ledger.Input{Event: ev}, cfg)
 	if err != nil {
@@ -617,23 +626,26 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 	p := s.p
 	stop := keepAlive(ctx, m, p.cfg.AckWait/3)
 	defer stop()
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		h, err := p.store.Write(ctx, req)
 		if err == nil {
-			p.log.Info("spilled", "session", req.Session, "name", req.Name, "bytes", h.Size, "events", h.Events)
+			p.log.Info("spilled", "session", req.Session, "seq", req.Cause.Meta.Seq, "name", req.Name, "bytes", h.Size, "events", h.Events)
+			p.obs.Spilled(h, time.Since(start))
 			return ledger.SpillResult{Handle: h}, nil
 		}
 		if ctx.Err() != nil {
 			return ledger.SpillResult{}, ctx.Err()
 		}
 		if errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
-			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "err", err)
+			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err
 			}
 			continue
 		}
-		p.log.Warn("spill failed; the session halts", "session", req.Session, "err", err)
+		p.log.Warn("spill failed; the session halts", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
+		p.obs.SpillFailed()
 		return ledger.SpillResult{Failure: err.Error()}, nil
 	}
 }
@@ -678,9 +690,11 @@ func keepAlive(ctx context.Context, m jetstream.Msg, every time.Duration) func()
 
 // published is one output on its way to the verdict stream.
 type published struct {
-	msg *nats.Msg
-	id  string
-	f   jetstream.PubAckFuture
+	msg      *nats.Msg
+	id       string
+	f        jetstream.PubAckFuture
+	out      events.Output
+	received time.Time // when the message whose handling decided it was received
 }
 
 func (p *Processor) publish(ctx context.Context, o events.Output) (published, error) {
@@ -692,7 +706,7 @@ func (p *Processor) publish(ctx context.Context, o events.Output) (published, er
 	msg.Data = body
 	msg.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	msg.Header.Set(jetstream.MsgIDHeader, id)
-	pub := published{msg: msg, id: id}
+	pub := published{msg: msg, id: id, out: o}
 	for attempt := 0; ; attempt++ {
 		pub.f, err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
 		if err == nil {
@@ -814,6 +828,7 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 		return fmt.Errorf("processor: session %s: %w", sess.id, err)
 	}
 	kv := p.res.Sessions
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		var rev uint64
 		if sess.rev == 0 {
@@ -823,17 +838,20 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 		}
 		if err == nil {
 			sess.rev, sess.dirty = rev, false
+			p.obs.Stored(time.Since(start))
 			if sess.l.Closed() {
 				delete(s.sessions, sess.id) // closed: nothing more to cache
 			}
 			return nil
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			p.obs.CASConflict()
 			// Our own earlier attempt may have landed with its reply lost.
 			e, gerr := kv.Get(ctx, sess.id)
 			switch {
 			case gerr == nil && bytes.Equal(e.Value(), val):
 				sess.rev, sess.dirty = e.Revision(), false
+				p.obs.Stored(time.Since(start))
 				return nil
 			case gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound):
 				delete(s.sessions, sess.id)

@@ -14,10 +14,11 @@ import (
 
 // health serves /healthz (the process runs and NATS is connected) and
 // /readyz (the processor consumes), for compose health checks and
-// Kubernetes probes.
+// Kubernetes probes, and /metrics for Prometheus.
 type health struct {
-	nc    *nats.Conn
-	ready func() error
+	nc      *nats.Conn
+	ready   func() error
+	metrics http.Handler // nil: no /metrics
 }
 
 func (h health) handler() http.Handler {
@@ -40,6 +41,9 @@ func (h health) handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	if h.metrics != nil {
+		mux.Handle("GET /metrics", h.metrics)
+	}
 	return mux
 }
 

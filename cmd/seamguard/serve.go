@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/metrics"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
@@ -106,7 +108,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	dataDir := fs.String("data-dir", "seamguard-data", "where the embedded server stores JetStream data")
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
 	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming")
-	healthListen := fs.String("health-listen", "", "serve /healthz and /readyz on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
+	healthListen := fs.String("health-listen", "", "serve /healthz, /readyz and /metrics on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
+	lagInterval := fs.Duration("lag-interval", 15*time.Second, "how often the consumer lag metric asks the server (with --health-listen)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -138,6 +141,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	if *lagInterval < 100*time.Millisecond {
+		return fmt.Errorf("%w: --lag-interval %s is too short; use 100ms or more (the default is 15s)", errUsage, *lagInterval)
+	}
 
 	url := conn.url
 	if url == "" {
@@ -158,16 +164,35 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	p, err := processor.New(ctx, js, cfg, processor.WithLogger(log))
+	opts := []processor.Option{processor.WithLogger(log)}
+	var rec *metrics.Recorder
+	if *healthListen != "" {
+		rec = metrics.New()
+		opts = append(opts, processor.WithObserver(rec))
+	}
+	p, err := processor.New(ctx, js, cfg, opts...)
 	if err != nil {
 		return err
 	}
-	if *healthListen != "" {
-		addr, err := serveHealth(ctx, *healthListen, health{nc: nc, ready: p.Ready}, log)
+	if rec != nil {
+		rec.WatchProcessor(p)
+		addr, err := serveHealth(ctx, *healthListen, health{nc: nc, ready: p.Ready, metrics: rec.Handler()}, log)
 		if err != nil {
 			return err
 		}
-		log.Info("health endpoints", "url", "http://"+addr+"/healthz")
+		pc := p.Config()
+		consumers := make([]string, 0, pc.Partitions+1)
+		for part := -1; part < pc.Partitions; part++ {
+			consumers = append(consumers, pc.ConsumerName(part))
+		}
+		lagDone := make(chan struct{})
+		lagCtx, stopLag := context.WithCancel(ctx)
+		go func() {
+			defer close(lagDone)
+			rec.WatchConsumers(lagCtx, js, pc.Names().Events, consumers, *lagInterval, log)
+		}()
+		defer func() { stopLag(); <-lagDone }()
+		log.Info("health endpoints", "url", "http://"+addr+"/healthz", "metrics", "http://"+addr+"/metrics")
 	}
 	if *rebuild {
 		rep, err := p.Rebuild(ctx, true)
