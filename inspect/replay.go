@@ -133,7 +133,14 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 		return nil, err
 	}
 
-	// The events stream, stepped in order.
+	// The events stream, stepped in order. If retention removed its
+	// beginning, sessions that began before are derived from part of their
+	// history, and their decisions may differ for that reason alone.
+	if str, err := s.JS.Stream(ctx, names.Events); err == nil {
+		if info, err := str.Info(ctx); err == nil && info.State.FirstSeq > 1 && o.Notes != nil {
+			o.Notes(fmt.Sprintf("stream %s starts at seq %d: the events before it are gone (retention or purge), so sessions that began earlier are derived from part of their history and may differ for that reason", names.Events, info.State.FirstSeq))
+		}
+	}
 	d := &Deriver{Subjects: s.Config.Subjects(), Config: o.Config, Spill: s.SpillAnswers(outcomes, o.Notes)}
 	enc := events.Encoder{Subjects: s.Config.Subjects()}
 	type derived struct {

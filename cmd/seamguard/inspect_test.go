@@ -164,7 +164,8 @@ func TestInspectErrors(t *testing.T) {
 
 // TestReplay runs every shipped story through a processor, then replays:
 // an honest verdict stream gives no difference; a copy with one verdict
-// removed, one altered and one forged gives exactly those three.
+// removed, one altered, one forged and one recorded twice gives exactly
+// those four.
 func TestReplay(t *testing.T) {
 	d := startDeployment(t)
 	stories, err := filepath.Glob(filepath.Join(storiesDir, "*.jsonl"))
@@ -198,7 +199,7 @@ func TestReplay(t *testing.T) {
 	require.NoError(t, err)
 	cons, err := src.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
-	var removed, altered string
+	var removed, altered, doubled string
 	for range info.State.Msgs {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		require.NoError(t, err)
@@ -213,23 +214,30 @@ func TestReplay(t *testing.T) {
 		}
 		_, err = d.JS.Publish(ctx, "planted."+m.Subject(), []byte(body))
 		require.NoError(t, err)
+		if doubled == "" && strings.Contains(body, `"request_id":"c1"`) && strings.Contains(body, `"subject":"healthy-chain"`) {
+			doubled = idOf(t, body)
+			_, err = d.JS.Publish(ctx, "planted."+m.Subject(), []byte(body))
+			require.NoError(t, err)
+		}
 	}
 	require.NotEmpty(t, removed)
 	require.NotEmpty(t, altered)
+	require.NotEmpty(t, doubled)
 	forged := `{"specversion":"1.0","id":"sg-forged","source":"urn:elsewhere","type":"io.seamguard.compaction.allowed","subject":"healthy-chain","datacontenttype":"application/json","causationid":"nobody-0001","data":{"request_id":"c9","head":50,"summary_coverage":[],"tail_start":0,"recovered_by":[],"cured":[]}}`
 	_, err = d.JS.Publish(ctx, "planted.seamguard.verdicts.healthy-chain.allowed", []byte(forged))
 	require.NoError(t, err)
 
 	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED")
 	assert.Equal(t, 1, code, "differences exit non-zero:\n%s%s", out, stderr)
-	assert.Contains(t, stderr, "3 difference(s) with PLANTED")
+	assert.Contains(t, stderr, "4 difference(s) with PLANTED")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	seedSeq := seqOfEvent(t, d, "ops-agent-42-0055")
 	assert.Contains(t, out, fmt.Sprintf("missing   ops-agent-42  transcript.spilled  %s  input seq %d  (answers ops-agent-42-0055)", removed, seedSeq))
 	assert.Contains(t, out, "different healthy-chain  compaction.allowed  "+altered)
 	assert.Contains(t, out, `data.summary_coverage: derived [{"end":40,"start":0}], recorded [{"end":30,"start":0}]`)
 	assert.Contains(t, out, "extra     healthy-chain  compaction.allowed  sg-forged")
-	assert.Contains(t, lines[len(lines)-1], "3 difference(s): 1 missing, 1 extra, 1 different")
+	assert.Contains(t, out, "duplicate healthy-chain  compaction.allowed  "+doubled)
+	assert.Contains(t, lines[len(lines)-1], "4 difference(s): 1 missing, 1 extra, 1 different, 1 duplicate")
 	// The refusal that carries the removed spill's handle still matches:
 	// the spill's outcome was read from the object store.
 	assert.Contains(t, stderr, "note: no verdict records the outcome of spill ops-agent-42/1.jsonl")
