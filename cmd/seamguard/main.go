@@ -26,6 +26,9 @@ var commands = map[string]command{
 	"spill":  {"spill get NAME [-o FILE]: read a spill back and verify its digest", runSpill},
 	"watch":  {"follow verdicts as they are decided", runWatch},
 	"resume": {"lift a session's halt, accepting its lost offsets (--note required)", runResume},
+
+	"inspect": {"draw a session's ledger and its decisions (--svg FILE, --json)", runInspect},
+	"replay":  {"derive every decision again from the events stream and compare with the verdicts", runReplay},
 }
 
 // errUsage marks an error that is the user's to fix; its message says how.

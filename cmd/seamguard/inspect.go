@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/inspect"
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	svgFile := fs.String("svg", "", "also write the picture as an SVG timeline to `FILE`")
+	asJSON := fs.Bool("json", false, "print the session as JSON (for scripts) instead of the picture")
+	rebuild := fs.Bool("rebuild", false, "derive the ledger from the events stream with the pure core instead of reading the session bucket")
+	policy := fs.String("policy", "spill", "with --rebuild: the processor's --policy, spill or halt")
+	color := fs.String("color", "auto", "colours: auto (when standard output is a terminal), always or never")
+	width := fs.Int("width", 0, "the most character cells the bar takes (default 64)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: seamguard inspect SESSION [--svg FILE] [--json] [--rebuild] [--color auto|always|never]")
+		fmt.Fprintln(stderr, "\nDraws a session's ledger over [0, head): what its context holds (summary, verbatim")
+		fmt.Fprintln(stderr, "tail, truncated offsets, gaps) and what else holds it (spills, waivers, or nothing:")
+		fmt.Fprintln(stderr, "holes), the recovery floor, and every verdict decided for it. It reads the session")
+		fmt.Fprintln(stderr, "bucket and the verdict stream; --rebuild reads the events stream instead of the bucket.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: inspect takes one session id", errUsage)
+	}
+	session := pos[0]
+	if !events.ValidSessionID(session) {
+		return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, session)
+	}
+	cfg, err := policyConfig(*policy)
+	if err != nil {
+		return err
+	}
+	useColor, err := colorFlag(*color, stdout)
+	if err != nil {
+		return err
+	}
+	if *width < 0 {
+		return fmt.Errorf("%w: --width %d: give a number of cells, 16 or more (0 for the default)", errUsage, *width)
+	}
+	nc, js, pcfg, err := cf.open(fs, "seamguard inspect")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	src := inspect.Source{JS: js, Config: pcfg}
+	var m *inspect.Model
+	if *rebuild {
+		m, err = src.Rebuild(ctx, session, cfg, func(note string) { fmt.Fprintln(stderr, "note:", note) })
+	} else {
+		m, err = src.Load(ctx, session)
+	}
+	if err != nil {
+		return err
+	}
+	if *svgFile != "" {
+		if err := writeFileAtomic(*svgFile, func(w io.Writer) error { return inspect.WriteSVG(w, m) }); err != nil {
+			return fmt.Errorf("--svg %s: %w", *svgFile, err)
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", *svgFile)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(m)
+	}
+	return inspect.WriteText(stdout, m, inspect.TextOptions{Color: useColor, Width: *width})
+}
+
+// policyConfig reads a --policy flag.
+func policyConfig(policy string) (ledger.Config, error) {
+	switch policy {
+	case "spill":
+		return ledger.Config{Policy: ledger.PolicySpill}, nil
+	case "halt":
+		return ledger.Config{Policy: ledger.PolicyHalt}, nil
+	}
+	return ledger.Config{}, fmt.Errorf("%w: --policy is %q; use spill or halt, as the processor runs", errUsage, policy)
+}
+
+// colorFlag reads a --color flag: auto means colours when w is a terminal
+// and neither NO_COLOR is set nor TERM is dumb.
+func colorFlag(v string, w io.Writer) (bool, error) {
+	switch v {
+	case "always":
+		return true, nil
+	case "never":
+		return false, nil
+	case "auto":
+		_, noColor := os.LookupEnv("NO_COLOR")
+		return isTerminal(w) && !noColor && os.Getenv("TERM") != "dumb", nil
+	}
+	return false, fmt.Errorf("%w: --color is %q; use auto, always or never", errUsage, v)
+}
+
+// isTerminal reports whether w is a character device, such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// writeFileAtomic writes a file through a temporary one in its directory,
+// so that a failed write leaves nothing half-written behind.
+func writeFileAtomic(name string, fill func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(name), ".seamguard-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := fill(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), name)
+}

@@ -1,0 +1,31 @@
+// Package inspect shows an operator what seamguard knows of a session, and
+// checks that what it decided can be decided again.
+//
+// A Model is one session's ledger (from the session bucket's snapshot, or
+// rebuilt from the events stream with the pure core) together with its
+// decision history (the session's verdicts, in verdict stream order). Build
+// derives the picture's two tracks over [0, head) from the ledger's sets:
+//
+//   - the context track says what the agent's working context holds: the
+//     committed summary's coverage K, the verbatim tail (received, neither
+//     truncated nor summarised), truncated offsets in no summary (T \ K),
+//     and gaps (never received);
+//   - the backup track says what else holds an offset: a verified spill
+//     (P), an operator's waiver (W), or nothing at all: a hole, an offset
+//     that is in neither the summary nor the verbatim context nor any
+//     spill or waiver.
+//
+// WriteText draws the model for a terminal (plain characters, or ANSI
+// colours), WriteSVG as a standalone SVG timeline, and the Model itself is
+// the JSON form.
+//
+// Deriver steps input messages through ledger.Step exactly as the
+// processor's runtime does, with spill outcomes taken from the verdict
+// stream (Outcomes), because whether a spill succeeded is a fact of the
+// past and not of the events. Source.Replay uses it to derive every
+// decision again and compare it, verdict by verdict, with a verdict stream;
+// Source.Rebuild uses it to build one session's ledger without the bucket.
+//
+// Nothing here writes to NATS: a Source only reads (it creates ordered
+// consumers, which it deletes when done).
+package inspect

@@ -1,0 +1,229 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/processor/ledger"
+	"github.com/seamguard/seamguard/spill"
+)
+
+// ErrNoSession is returned (wrapped) when nothing is known of a session.
+var ErrNoSession = errors.New("inspect: no such session")
+
+// readIdle bounds the wait for the next message of a stream being read.
+const readIdle = 15 * time.Second
+
+// Source reads one seamguard deployment: its events and verdict streams,
+// its session bucket and its spill object store. Config names them (only
+// its Prefix matters here). A Source is a plain value; its methods may be
+// called concurrently.
+type Source struct {
+	JS     jetstream.JetStream
+	Config processor.Config
+}
+
+func (s Source) prefix() string {
+	if p := s.Config.Subjects().Prefix; p != "" {
+		return p
+	}
+	return events.DefaultPrefix
+}
+
+// eventsFilter matches the stored subjects of one session's events,
+// whatever the number of partitions.
+func (s Source) eventsFilter(session string) string {
+	return s.prefix() + ".partitioned.*." + session
+}
+
+func (s Source) verdictsFilter(session string) string {
+	return s.prefix() + ".verdicts." + session + ".*"
+}
+
+// message is one message read from a stream.
+type message struct {
+	m    jetstream.Msg
+	meta *jetstream.MsgMetadata
+}
+
+// readStream calls fn for every message of stream that matches filters (all
+// when none), in order, up to the last one the stream held when it started.
+// It never waits for new messages. total reports how many it will read.
+func (s Source) readStream(ctx context.Context, stream string, filters []string, total func(uint64), fn func(message) error) error {
+	str, err := s.JS.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("inspect: stream %s: %w", stream, err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("inspect: stream %s: %w", stream, err)
+	}
+	if total != nil {
+		total(0)
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	last := info.State.LastSeq
+	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	if err != nil {
+		return fmt.Errorf("inspect: read %s: %w", stream, err)
+	}
+	ci := cons.CachedInfo()
+	defer func() {
+		if ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = s.JS.DeleteConsumer(dctx, stream, ci.Name)
+			cancel()
+		}
+	}()
+	if ci == nil || ci.NumPending == 0 {
+		return nil
+	}
+	if total != nil {
+		total(ci.NumPending)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("inspect: read %s: %w", stream, err)
+	}
+	defer it.Stop()
+	for {
+		nctx, cancel := context.WithTimeout(ctx, readIdle)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("inspect: read %s: %w", stream, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("inspect: read %s: %w", stream, err)
+		}
+		if meta.Sequence.Stream > last {
+			return nil
+		}
+		if err := fn(message{m, meta}); err != nil {
+			return err
+		}
+		if meta.Sequence.Stream == last || meta.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// History reads the verdicts of session from the deployment's verdict
+// stream, in stream order, and the spill outcomes they record.
+func (s Source) History(ctx context.Context, session string) ([]Entry, *Outcomes, error) {
+	var hist []Entry
+	out := &Outcomes{}
+	stream := s.Config.Names().Verdicts
+	err := s.readStream(ctx, stream, []string{s.verdictsFilter(session)}, nil, func(m message) error {
+		v, err := events.DecodeVerdict(m.m.Data())
+		if err != nil {
+			return nil // not seamguard's; replay reports such messages
+		}
+		out.Add(v)
+		hist = append(hist, EntryOf(m.meta.Sequence.Stream, v))
+		return nil
+	})
+	return hist, out, err
+}
+
+// Load builds the model of session from its snapshot in the session bucket
+// and its verdicts.
+func (s Source) Load(ctx context.Context, session string) (*Model, error) {
+	names := s.Config.Names()
+	kv, err := s.JS.KeyValue(ctx, names.Sessions)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: bucket %s: %w; is seamguard deployed with this prefix?", names.Sessions, err)
+	}
+	e, err := kv.Get(ctx, session)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: bucket %s holds no state for session %q; check the id, or use --rebuild to derive it from the events stream", ErrNoSession, names.Sessions, session)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: read %s from bucket %s: %w", session, names.Sessions, err)
+	}
+	st, err := processor.UnmarshalState(e.Value())
+	if err != nil {
+		return nil, fmt.Errorf("inspect: session %s: %w; use --rebuild to derive it from the events stream", session, err)
+	}
+	hist, _, err := s.History(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	return Build(st.Ledger.View(), Origin{From: "kv", Name: names.Sessions, Seq: st.Seq}, names.Verdicts, hist), nil
+}
+
+// Rebuild builds the model of session from its events alone, stepped with
+// the pure core under cfg; spill outcomes come from the verdict stream (or,
+// when no verdict records one, from the object store; see SpillAnswers).
+// notes receives what the reader should know about such fallbacks.
+func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, notes func(string)) (*Model, error) {
+	names := s.Config.Names()
+	hist, outcomes, err := s.History(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deriver{Subjects: s.Config.Subjects(), Config: cfg, Spill: s.SpillAnswers(outcomes, notes)}
+	var n int
+	var last uint64
+	err = s.readStream(ctx, names.Events, []string{s.eventsFilter(session)}, nil, func(m message) error {
+		n++
+		last = m.meta.Sequence.Stream
+		_, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), last)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l := d.Ledger(session)
+	if n == 0 || l == nil {
+		return nil, fmt.Errorf("%w: stream %s holds no events of session %q (it may have aged out)", ErrNoSession, names.Events, session)
+	}
+	return Build(l.View(), Origin{From: "events", Name: names.Events, Seq: last, Events: n}, names.Verdicts, hist), nil
+}
+
+// SpillAnswers answers spill requests from the recorded outcomes. When no
+// verdict records a spill's outcome (it was deleted, or the processor
+// stopped between writing the spill and publishing its verdicts), the spill
+// object itself is the record: its handle is rebuilt from the object's
+// info. With neither, the spill is taken as failed. notes (may be nil) is
+// told of every such fallback.
+func (s Source) SpillAnswers(o *Outcomes, notes func(string)) SpillFunc {
+	names := s.Config.Names()
+	store := &spill.Store{JS: s.JS, Stream: names.Events, Subjects: s.Config.Subjects(), Bucket: names.Spills}
+	note := func(format string, args ...any) {
+		if notes != nil {
+			notes(fmt.Sprintf(format, args...))
+		}
+	}
+	return func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+		if r, ok := o.Answer(req); ok {
+			return r, nil
+		}
+		info, err := store.Info(ctx, req.Name)
+		switch {
+		case err == nil:
+			h, herr := spill.HandleOf(info)
+			if herr == nil && h.FirstSeq == req.FirstSeq && h.LastSeq == req.LastSeq {
+				note("no verdict records the outcome of spill %s (for event %s); its handle was read from bucket %s", req.Name, req.Cause.ID, names.Spills)
+				return ledger.SpillResult{Handle: h}, nil
+			}
+		case errors.Is(err, jetstream.ErrObjectNotFound), errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		default:
+			return ledger.SpillResult{}, err
+		}
+		note("no verdict records the outcome of spill %s (for event %s) and bucket %s holds no such spill; it is taken as failed", req.Name, req.Cause.ID, names.Spills)
+		return ledger.SpillResult{Failure: "no verdict and no object records this spill"}, nil
+	}
+}
