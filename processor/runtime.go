@@ -393,6 +393,19 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	acks := make([]ack, 0, len(batch))
 	var pubs []published
 	var touched []*session
+	// fenced holds the sessions another instance took over during the
+	// batch: none of their inputs is acknowledged, nothing more of them is
+	// published, and their state is not stored.
+	var fenced map[string]bool
+	fence := func(id string, err error) {
+		p.log.Warn("session moved on under another instance; leaving it", "session", id, "err", err)
+		p.fenced.Add(1)
+		if fenced == nil {
+			fenced = map[string]bool{}
+		}
+		fenced[id] = true
+		delete(s.sessions, id)
+	}
 	for _, d := range batch {
 		m, first := d.msg, len(pubs)
 		meta, err := m.Metadata()
@@ -404,6 +417,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		seq := meta.Sequence.Stream
 		var sess *session
 		sid, serr := p.subj.SessionOf(m.Subject())
+		if serr == nil && fenced[sid] {
+			continue
+		}
 		if serr == nil {
 			sess, err = s.load(ctx, sid, d.horizon)
 			if err != nil {
@@ -422,15 +438,22 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				// elsewhere; those after it follow below. A state just
 				// read always checks: the session may have been left
 				// by a fenced batch whose inputs wait for redelivery.
-				if err := s.catchUp(ctx, sess, seq-1, m, &pubs); err != nil {
+				if err := s.catchUp(ctx, sess, seq-1, m, &pubs); errors.Is(err, errFenced) {
+					fence(sess.id, err)
+					continue
+				} else if err != nil {
 					return err
 				}
 				sess.fresh = false
 			}
 		}
 		outs, term, err := p.step(ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-			return s.spill(ctx, m, req)
+			return s.spill(ctx, m, sess, req)
 		})
+		if errors.Is(err, errFenced) {
+			fence(sess.id, err)
+			continue
+		}
 		if err != nil {
 			if sess != nil {
 				delete(s.sessions, sess.id) // its ledger waits for a spill result
@@ -451,7 +474,10 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				touched = append(touched, sess)
 			}
 			if d.horizon > sess.caughtUp {
-				if err := s.catchUp(ctx, sess, d.horizon, m, &pubs); err != nil {
+				if err := s.catchUp(ctx, sess, d.horizon, m, &pubs); errors.Is(err, errFenced) {
+					fence(sess.id, err)
+					continue
+				} else if err != nil {
 					return err
 				}
 				sess.caughtUp = d.horizon
@@ -473,20 +499,19 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		}
 		p.observe(pub)
 	}
-	var fenced map[string]bool
 	for _, sess := range touched {
+		if fenced[sess.id] {
+			continue
+		}
 		err := s.store(ctx, sess)
 		if errors.Is(err, errFenced) {
 			// Another instance owns the session now (the partition moved):
 			// leave its inputs unacknowledged for the owner, which applies
 			// them in order or skips them; what was published is what the
-			// owner publishes, since decisions depend only on the inputs.
-			p.log.Warn("session moved on under another instance; leaving it", "session", sess.id, "err", err)
-			p.fenced.Add(1)
-			if fenced == nil {
-				fenced = map[string]bool{}
-			}
-			fenced[sess.id] = true
+			// owner publishes, since decisions depend only on the inputs
+			// (and a spill's failure only once the owner is checked, see
+			// spill).
+			fence(sess.id, err)
 			continue
 		}
 		if err != nil {
@@ -544,7 +569,7 @@ func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jets
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
 		p.caughtUp.Add(1)
 		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-			return s.spill(ctx, m, req)
+			return s.spill(ctx, m, sess, req)
 		})
 		if err != nil {
 			delete(s.sessions, sess.id)
@@ -618,15 +643,26 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 }
 
 // spill writes the transcript the ledger asked for. Failures of the
-// transcript or of the object store (after the store's own retries) become
-// the result that halts the session; a cancelled context or a lost NATS
-// connection is not the session's fault and returns an error instead, so the
-// input is redelivered and decided again.
-func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequest) (ledger.SpillResult, error) {
+// transcript or of the object store become the result that halts the
+// session; a cancelled context or a lost NATS connection is not the
+// session's fault and returns an error instead, so the input is
+// redelivered and decided again.
+//
+// A spill's outcome is the one part of a decision that does not follow from
+// the inputs, so two instances that both hold a session for a moment (an
+// ownership move) could disagree on it, and what the loser publishes before
+// its compare-and-swap fails would contradict the owner. So a failure is
+// only accepted after more attempts (a write of the same name by the other
+// instance makes a read-back fail once; rewriting is harmless, the content
+// is the same), and only while the session's stored state is still the one
+// this instance read: otherwise the error is errFenced and nothing of the
+// failure is published.
+func (s *shard) spill(ctx context.Context, m jetstream.Msg, sess *session, req ledger.SpillRequest) (ledger.SpillResult, error) {
 	p := s.p
 	stop := keepAlive(ctx, m, p.cfg.AckWait/3)
 	defer stop()
 	start := time.Now()
+	failures := 0
 	for attempt := 0; ; attempt++ {
 		h, err := p.store.Write(ctx, req)
 		if err == nil {
@@ -644,9 +680,46 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, req ledger.SpillRequ
 			}
 			continue
 		}
+		if failures++; failures < spillFailures && !errors.Is(err, spill.ErrIncomplete) {
+			p.log.Warn("spill failed; trying again", "session", req.Session, "seq", req.Cause.Meta.Seq, "attempt", failures, "err", err)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return ledger.SpillResult{}, err
+			}
+			continue
+		}
+		if ferr := s.owned(ctx, sess); ferr != nil {
+			return ledger.SpillResult{}, ferr
+		}
 		p.log.Warn("spill failed; the session halts", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 		p.obs.SpillFailed()
 		return ledger.SpillResult{Failure: err.Error()}, nil
+	}
+}
+
+// spillFailures is how many times a spill may fail (beyond NATS not
+// answering, which is retried without limit) before the session halts.
+const spillFailures = 4
+
+// owned checks that the session's stored state is still the one this
+// instance read (or stored): errFenced if another instance stored since, an
+// error if the bucket cannot tell now.
+func (s *shard) owned(ctx context.Context, sess *session) error {
+	for attempt := 0; ; attempt++ {
+		e, err := s.p.res.Sessions.Get(ctx, sess.id)
+		switch {
+		case err == nil && e.Revision() == sess.rev:
+			return nil
+		case errors.Is(err, jetstream.ErrKeyNotFound) && sess.rev == 0:
+			return nil
+		case err == nil || errors.Is(err, jetstream.ErrKeyNotFound):
+			return fmt.Errorf("%w: %s (revision %d) before its spill failure", errFenced, sess.id, sess.rev)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
 	}
 }
 
