@@ -188,11 +188,23 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// (another instance may have moved it on). horizon is raised to what the
 	// consumer has delivered whenever this instance's delivery sequence
 	// breaks, which is how a lost delivery or a partition that changed hands
-	// shows, and on the first delivery this instance gets.
-	var horizon, lastDelivery uint64
+	// shows.
+	//
+	// Before the first fetch, the consumer's state says what was delivered
+	// before this instance began: if some of it is unacknowledged, horizon
+	// starts at the highest stream sequence delivered; if none is, nothing
+	// can be pending elsewhere and horizon starts at 0. Either way the first
+	// delivery must follow on from that state, or the sequence has broken.
+	either, stop := context.WithCancel(hard)
+	defer context.AfterFunc(ctx, stop)()
+	horizon, lastDelivery, err := p.startState(either, cons)
+	stop()
+	if err != nil {
+		return nil // stopped before it began
+	}
 	dispatch := func(msg jetstream.Msg) {
 		if meta, err := msg.Metadata(); err == nil {
-			if lastDelivery == 0 || meta.Sequence.Consumer != lastDelivery+1 {
+			if meta.Sequence.Consumer != lastDelivery+1 {
 				h := max(p.delivered(hard, cons), meta.Sequence.Stream)
 				if lastDelivery != 0 {
 					p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
@@ -281,6 +293,25 @@ func (p *Processor) Stats() Stats {
 // fetchWait is how long one fetch waits for messages, and so the longest a
 // drain waits for the fetch in flight.
 const fetchWait = time.Second
+
+// startState returns the horizon a consumer starts with and the consumer
+// sequence of its last delivery, asking the server until it answers or ctx
+// ends (then an error).
+func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last uint64, err error) {
+	for attempt := 0; ; attempt++ {
+		info, err := cons.Info(ctx)
+		if err == nil {
+			if info.NumAckPending > 0 {
+				horizon = info.Delivered.Stream
+			}
+			return horizon, info.Delivered.Consumer, nil
+		}
+		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, 0, err
+		}
+	}
+}
 
 // delivered returns the highest stream sequence the consumer has delivered,
 // asking the server until it answers or ctx ends (then 0).
@@ -467,7 +498,15 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		}
 	}
 	var fenced map[string]bool
-	for _, sess := range touched {
+	stores, err := s.sendStores(touched)
+	if err != nil {
+		return err
+	}
+	for _, st := range stores {
+		if s.stored(ctx, st) {
+			continue
+		}
+		sess := st.sess
 		err := s.store(ctx, sess)
 		if errors.Is(err, errFenced) {
 			// Another instance owns the session now (the partition moved):
@@ -805,6 +844,58 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 
 // errFenced means another writer changed a session's stored state.
 var errFenced = errors.New("processor: session state changed by another writer")
+
+// sentStore is a session's state on its way to the bucket.
+type sentStore struct {
+	sess *session
+	f    jetstream.PubAckFuture // nil when it could not be sent
+}
+
+// sendStores sends the state of every session in touched to the bucket at
+// once, each a compare-and-swap on the session's revision (what kv.Update
+// and kv.Create publish), so that a batch waits for one round trip rather
+// than one per session. stored then takes each ack; whatever did not plainly
+// succeed goes through store, which sorts out conflicts and lost replies.
+func (s *shard) sendStores(touched []*session) ([]sentStore, error) {
+	p := s.p
+	out := make([]sentStore, 0, len(touched))
+	for _, sess := range touched {
+		val, err := MarshalState(sess.seq, &sess.l)
+		if err != nil {
+			return nil, fmt.Errorf("processor: session %s: %w", sess.id, err)
+		}
+		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
+		msg.Data = val
+		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(sess.rev))
+		if err != nil {
+			f = nil // store tries again
+		}
+		out = append(out, sentStore{sess: sess, f: f})
+	}
+	return out, nil
+}
+
+// stored waits for the ack of a state sendStores sent and reports whether
+// it was stored; false means store must settle it.
+func (s *shard) stored(ctx context.Context, st sentStore) bool {
+	if st.f == nil {
+		return false
+	}
+	t := time.NewTimer(pubAckWait)
+	defer t.Stop()
+	select {
+	case ack := <-st.f.Ok():
+		st.sess.rev, st.sess.dirty = ack.Sequence, false
+		if st.sess.l.Closed() {
+			delete(s.sessions, st.sess.id) // closed: nothing more to cache
+		}
+		return true
+	case <-st.f.Err():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
 
 // store writes a session's state with compare-and-swap on its revision.
 func (s *shard) store(ctx context.Context, sess *session) error {
