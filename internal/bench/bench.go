@@ -191,9 +191,9 @@ type runSizes struct {
 func sizes(quick bool) runSizes {
 	if quick {
 		return runSizes{
-			ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{4_000, 1_000}, ingestSessions: 100,
+			ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{4_000, 1_000}, ingestSessions: 10,
 			latencyRequests: 100,
-			sessions:        10_000, sessionTurns: 2,
+			sessions:        4_000, sessionTurns: 2,
 			decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: 100 * time.Millisecond,
 			spillSizes: []int64{4 << 20, 16 << 20},
 		}

@@ -30,6 +30,8 @@ type IngestResult struct {
 	SeamguardSeconds float64 `json:"seamguard_seconds"`
 	SeamguardPerSec  float64 `json:"seamguard_per_sec"`
 	Ratio            float64 `json:"ratio"`
+	RawUsage         Usage   `json:"raw_usage"`
+	SeamguardUsage   Usage   `json:"seamguard_usage"`
 	// Snapshot writes per input: one per session touched by a batch.
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
 	CaughtUp       uint64  `json:"caught_up"` // inputs read from the stream ahead of their delivery
@@ -85,17 +87,21 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions int
 	}
 
 	progress("ingest %d KiB: raw pull consumer", body>>10)
+	m := s.meter()
 	d, err := consumeRaw(ctx, s.js, rawStream, n, processor.DefaultShards*processor.DefaultQueueDepth)
 	if err != nil {
 		return res, err
 	}
+	res.RawUsage = m.stop()
 	res.RawSeconds, res.RawPerSec = d.Seconds(), float64(n)/d.Seconds()
 
 	progress("ingest %d KiB: seamguard processor", body>>10)
+	m = s.meter()
 	d, err = process(ctx, s.js, p, uint64(n))
 	if err != nil {
 		return res, err
 	}
+	res.SeamguardUsage = m.stop()
 	res.SeamguardSeconds, res.SeamguardPerSec = d.Seconds(), float64(n)/d.Seconds()
 	res.Ratio = res.SeamguardPerSec / res.RawPerSec
 	res.CaughtUp = p.Stats().CaughtUp

@@ -73,7 +73,7 @@ func runSessions(ctx context.Context, s *server, n, turns int, heapProfile strin
 
 	g := newGen(cfg.Subjects(), Seed+2)
 	const stages = 10
-	const chunk = 2_000
+	const chunk = 1_000
 	per := max(n/stages, 1)
 	var total uint64
 	var lastWrites uint64
