@@ -122,6 +122,11 @@ func skipValue(raw []byte, i int) int {
 // skipString returns the index just past the string that starts at i.
 func skipString(raw []byte, i int) int {
 	for i++; i < len(raw); i++ {
+		if j := plainRun(raw, i, false); j > i {
+			if i = j; i >= len(raw) {
+				break
+			}
+		}
 		switch raw[i] {
 		case '\\':
 			i++
@@ -313,7 +318,10 @@ func jsonString(s string) json.RawMessage {
 // Valid JSON is copied leaving out white space outside strings; anything
 // else goes through json.Compact, whose error says what is wrong.
 func compact(raw []byte) (json.RawMessage, error) {
-	if validJSON(raw) {
+	switch valid, spaced := scanJSON(raw); {
+	case valid && !spaced:
+		return bytes.Clone(raw), nil
+	case valid:
 		return compactValid(raw), nil
 	}
 	return compactSlow(raw)

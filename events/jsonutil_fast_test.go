@@ -57,12 +57,18 @@ func checkFastJSON(t *testing.T, raw []byte) {
 }
 
 func FuzzValidJSON(f *testing.F) {
-	for _, s := range append(jsonSeeds, `-0.5e+7`, `01`, `1.`, `[1,]`, `{"a":1,}`, `[`, `]`, `nul`, `truex`, `"\u12"`, `"\x"`, " 1 ", `[[],{}]`, "\"\t\"") {
+	for _, s := range append(jsonSeeds, `{"a" :1}`, `{"a": 1}`, `[1 ,2]`, `{ "a":1}`, `-0.5e+7`, `01`, `1.`, `[1,]`, `{"a":1,}`, `[`, `]`, `nul`, `truex`, `"\u12"`, `"\x"`, " 1 ", `[[],{}]`, "\"\t\"") {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)))
 	f.Add([]byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		require.Equal(t, json.Valid(raw), validJSON(raw), "validJSON(%q)", raw)
+		valid, spaced := scanJSON(raw)
+		require.Equal(t, json.Valid(raw), valid, "validJSON(%q)", raw)
+		if valid {
+			c, err := compactSlow(raw)
+			require.NoError(t, err)
+			require.Equal(t, !bytes.Equal(c, raw), spaced, "scanJSON(%q) says white space: %v", raw, spaced)
+		}
 	})
 }

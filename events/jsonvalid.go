@@ -1,76 +1,93 @@
 package events
 
+import "encoding/binary"
+
 // validJSON reports whether b is exactly one JSON value with optional white
 // space around it: what json.Valid reports (FuzzValidJSON holds it to that,
 // the nesting limit of 10000 included), several times faster, as it does not
 // go through a state machine byte by byte. Bytes of 0x80 and above inside
 // strings are not checked here, as json.Valid does not check them either.
 func validJSON(b []byte) bool {
+	ok, _ := scanJSON(b)
+	return ok
+}
+
+// scanJSON is validJSON, and also reports whether b holds white space
+// outside strings (when it does not, b is already compact).
+func scanJSON(b []byte) (valid, spaced bool) {
 	const maxDepth = 10000
 	var stack []byte // '{' or '[' of each open container
-	i := skipSpace(b, 0)
+	// skip is skipSpace, noting white space.
+	skip := func(i int) int {
+		j := skipSpace(b, i)
+		if j != i {
+			spaced = true
+		}
+		return j
+	}
+	i := skip(0)
 	for {
 		// A value starts at i.
 		if i >= len(b) {
-			return false
+			return false, false
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
 			if len(stack) >= maxDepth {
-				return false
+				return false, false
 			}
 			stack = append(stack, c)
-			i = skipSpace(b, i+1)
+			i = skip(i + 1)
 			if i < len(b) && (c == '{' && b[i] == '}' || c == '[' && b[i] == ']') {
 				stack = stack[:len(stack)-1]
 				i++
 				break
 			}
 			if c == '{' {
-				if i = memberStart(b, i); i < 0 {
-					return false
+				if i = memberStart(b, i, &spaced); i < 0 {
+					return false, false
 				}
 			}
 			continue
 		case c == '"':
 			if i = validString(b, i); i < 0 {
-				return false
+				return false, false
 			}
 		case c == '-' || '0' <= c && c <= '9':
 			if i = validNumber(b, i); i < 0 {
-				return false
+				return false, false
 			}
 		case c == 't':
 			if i = literal(b, i, "true"); i < 0 {
-				return false
+				return false, false
 			}
 		case c == 'f':
 			if i = literal(b, i, "false"); i < 0 {
-				return false
+				return false, false
 			}
 		case c == 'n':
 			if i = literal(b, i, "null"); i < 0 {
-				return false
+				return false, false
 			}
 		default:
-			return false
+			return false, false
 		}
 		// After a value: close containers, or go on to the next element.
 		for {
-			i = skipSpace(b, i)
+			i = skip(i)
 			if len(stack) == 0 {
-				return i == len(b)
+				return i == len(b), spaced
 			}
 			if i >= len(b) {
-				return false
+				return false, false
 			}
 			top := stack[len(stack)-1]
 			switch {
 			case b[i] == ',':
-				i = skipSpace(b, i+1)
+				i = skip(i + 1)
 				if top == '{' {
-					if i = memberStart(b, i); i < 0 {
-						return false
+					if i = memberStart(b, i, &spaced); i < 0 {
+						return false, false
 					}
 				}
 			case top == '{' && b[i] == '}' || top == '[' && b[i] == ']':
@@ -78,7 +95,7 @@ func validJSON(b []byte) bool {
 				i++
 				continue
 			default:
-				return false
+				return false, false
 			}
 			break
 		}
@@ -86,25 +103,66 @@ func validJSON(b []byte) bool {
 }
 
 // memberStart reads an object member's name and colon at i and returns the
-// index of its value, or -1.
-func memberStart(b []byte, i int) int {
+// index of its value, or -1; it sets *spaced when it skips white space.
+func memberStart(b []byte, i int, spaced *bool) int {
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
 	if i = validString(b, i); i < 0 {
 		return -1
 	}
-	i = skipSpace(b, i)
-	if i >= len(b) || b[i] != ':' {
+	j := skipSpace(b, i)
+	if j >= len(b) || b[j] != ':' {
 		return -1
 	}
-	return skipSpace(b, i+1)
+	k := skipSpace(b, j+1)
+	if j != i || k != j+1 {
+		*spaced = true
+	}
+	return k
+}
+
+// Masks for looking at 8 bytes at once (SWAR): ones has 0x01 in every byte,
+// highs 0x80.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasByte reports whether some byte of x equals c.
+func hasByte(x uint64, c byte) bool {
+	y := x ^ (ones * uint64(c))
+	return (y-ones)&^y&highs != 0
+}
+
+// hasLess reports whether some byte of x is below n (n <= 128).
+func hasLess(x uint64, n byte) bool {
+	return (x-ones*uint64(n))&^x&highs != 0
+}
+
+// plainRun returns the index of the first byte at or after i that may end
+// or escape a string (a quote, a backslash or, when controls is true, a
+// byte below 0x20), looking at 8 bytes at a time; it may stop early on a
+// word holding one, never late.
+func plainRun(b []byte, i int, controls bool) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if hasByte(x, '"') || hasByte(x, '\\') || controls && hasLess(x, 0x20) {
+			return i
+		}
+	}
+	return i
 }
 
 // validString checks the string that starts at b[i] == '"' and returns the
 // index just past it, or -1.
 func validString(b []byte, i int) int {
 	for i++; i < len(b); i++ {
+		if j := plainRun(b, i, true); j > i {
+			if i = j; i >= len(b) {
+				break
+			}
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1
