@@ -198,9 +198,15 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	either, stop := context.WithCancel(hard)
 	defer context.AfterFunc(ctx, stop)()
 	horizon, lastDelivery, err := p.startState(either, cons)
+	stopped := either.Err() != nil
 	stop()
-	if err != nil {
+	switch {
+	case err != nil && stopped:
 		return nil // stopped before it began
+	case err != nil:
+		err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, err)
+		p.log.Error("consumer stopped", "err", err)
+		return err
 	}
 	dispatch := func(msg jetstream.Msg) {
 		if meta, err := msg.Metadata(); err == nil {
@@ -295,8 +301,8 @@ func (p *Processor) Stats() Stats {
 const fetchWait = time.Second
 
 // startState returns the horizon a consumer starts with and the consumer
-// sequence of its last delivery, asking the server until it answers or ctx
-// ends (then an error).
+// sequence of its last delivery, asking the server until it answers, ctx
+// ends or the consumer is gone (then an error).
 func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last uint64, err error) {
 	for attempt := 0; ; attempt++ {
 		info, err := cons.Info(ctx)
@@ -305,6 +311,9 @@ func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (ho
 				horizon = info.Delivered.Stream
 			}
 			return horizon, info.Delivered.Consumer, nil
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+			return 0, 0, err
 		}
 		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
@@ -604,7 +613,10 @@ type spillFunc func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillR
 // to terminate it with. The runtime and Rebuild share it, so both decide alike.
 func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr nats.Header, data []byte, seq uint64, spillFn spillFunc) ([]events.Output, string, error) {
 	if _, ok := hdr[pinHeader]; ok {
-		hdr = headerMap(hdr) // the input as published, without the delivery's pin
+		// The input as published, without the delivery's pin. The header
+		// is this delivery's own (nats.go has read the pin from it before
+		// handing it over), so the pin is dropped in place, not copied.
+		delete(hdr, pinHeader)
 	}
 	ev, derr := events.DecodeMsg(subject, hdr, data, p.subj)
 	if derr != nil {
