@@ -34,6 +34,8 @@ type SpillResult struct {
 	Ratio       float64 `json:"ratio"`        // spill MB/s over put MB/s
 	RatioVerify float64 `json:"ratio_verify"` // the same with the read-back counted
 	Peaks       []Peak  `json:"peaks"`
+	SpillUsage  Usage   `json:"spill_usage"`
+	PutUsage    Usage   `json:"put_usage"`
 }
 
 // Peak is the heap growth while writing a spill of Bytes.
@@ -60,10 +62,12 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, pro
 			return nil, err
 		}
 		progress("spill: writing it (%d events)", req.Events)
+		m := s.meter()
 		h, took, peak, err := sampled(func() (events.SpillHandle, error) { return store.Write(ctx, req) })
 		if err != nil {
 			return nil, err
 		}
+		out.SpillUsage = m.stop()
 		out.Peaks = append(out.Peaks, Peak{Bytes: h.Size, PeakGrowth: peak})
 		if k != len(sizes)-1 {
 			continue
@@ -92,10 +96,12 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, pro
 			return nil, err
 		}
 		progress("spill: raw object store put of the same %d MiB", h.Size>>20)
+		m = s.meter()
 		put, err := rawPut(ctx, res.Spills, path)
 		if err != nil {
 			return nil, err
 		}
+		out.PutUsage = m.stop()
 		_ = os.Remove(path)
 		out.PutSecs = put.Seconds()
 		out.PutMBps = float64(h.Size) / (1 << 20) / put.Seconds()
