@@ -355,8 +355,12 @@ func shardOf(subject string, n int) int {
 
 // session is a shard's cached state of one session.
 type session struct {
-	id    string
-	l     ledger.Ledger
+	id string
+	// l is the ledger; nil while the session is idle, when idle holds its
+	// snapshot instead (see shard.sweep), or before its first event.
+	l     *ledger.Ledger
+	idle  []byte
+	used  bool   // stepped since the last sweep
 	seq   uint64 // last applied stream sequence
 	rev   uint64 // KV revision of the stored state; 0 when none is stored
 	dirty bool
@@ -367,6 +371,37 @@ type session struct {
 	// fresh is true from reading the state until its first catch-up.
 	fresh bool
 }
+
+// ledger returns the session's ledger, restoring it from its snapshot when
+// the session is idle.
+func (sess *session) ledger() (*ledger.Ledger, error) {
+	sess.used = true
+	if sess.l != nil {
+		return sess.l, nil
+	}
+	l := new(ledger.Ledger)
+	if sess.idle != nil {
+		if err := l.UnmarshalBinary(sess.idle); err != nil {
+			return nil, fmt.Errorf("processor: session %s: restoring its idle ledger: %w", sess.id, err)
+		}
+	}
+	sess.l, sess.idle = l, nil
+	return l, nil
+}
+
+// state encodes what the bucket holds for the session.
+func (sess *session) state() ([]byte, error) {
+	switch {
+	case sess.l != nil:
+		return MarshalState(sess.seq, sess.l)
+	case sess.idle != nil:
+		return marshalState(sess.seq, sess.idle), nil
+	}
+	return MarshalState(sess.seq, new(ledger.Ledger)) // nothing applied yet but rejections
+}
+
+// closed reports whether the session was closed.
+func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
 
 // delivery is a message on its way to its shard, with the horizon in
 // force when it arrived.
@@ -381,15 +416,54 @@ type shard struct {
 	p        *Processor
 	q        chan delivery
 	sessions map[string]*session
+	// woken counts ledgers made live (read, restored or begun) since the
+	// last sweep.
+	woken int
+}
+
+// Idle sessions: a shard keeps the ledgers of the sessions it stepped
+// lately in memory, and every other session as its snapshot, a few dozen
+// bytes for most. A sweep, between batches, turns every session not stepped
+// since the sweep before into its snapshot; it runs once maxLive ledgers
+// have been made live since the last one, and every sweepEvery.
+var (
+	maxLive    = 4096
+	sweepEvery = 30 * time.Second
+	// idleAll makes every sweep idle every session it can, stepped lately
+	// or not, and a sweep follow every batch (tests).
+	idleAll = false
+)
+
+// sweep idles every session that was not stepped since the last sweep.
+func (s *shard) sweep() {
+	s.woken = 0
+	for _, sess := range s.sessions {
+		switch {
+		case sess.l == nil:
+		case sess.used && !idleAll:
+			sess.used = false
+		case !sess.dirty && !sess.l.Pending():
+			snap, err := sess.l.MarshalBinary()
+			if err != nil {
+				continue // stays live
+			}
+			sess.idle, sess.l = bytes.Clone(snap), nil
+		}
+	}
 }
 
 func (s *shard) run(ctx context.Context) error {
 	batch := make([]delivery, 0, s.p.cfg.MaxBatch)
+	tick := time.NewTicker(sweepEvery)
+	defer tick.Stop()
 	for {
 		var m delivery
 		var ok bool
 		select {
 		case m, ok = <-s.q:
+		case <-tick.C:
+			s.sweep()
+			continue
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -411,6 +485,9 @@ func (s *shard) run(ctx context.Context) error {
 		}
 		if err := s.handle(ctx, batch); err != nil {
 			return err
+		}
+		if s.woken >= maxLive || idleAll {
+			s.sweep()
 		}
 	}
 }
@@ -633,7 +710,11 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 	}
 	ev.Meta.Seq = seq
 	cfg := ledger.Config{Policy: p.cfg.Policy}
-	res, err := ledger.Step(&sess.l, ledger.Input{Event: ev}, cfg)
+	l, err := sess.ledger()
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := ledger.Step(l, ledger.Input{Event: ev}, cfg)
 	if err != nil {
 		// Only a broken protocol between runtime and core gets here.
 		return nil, "", fmt.Errorf("processor: session %s seq %d: %w", sess.id, seq, err)
@@ -650,7 +731,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 			// cache, so the stored state is read again on redelivery.
 			return nil, "", err
 		}
-		res2, err := ledger.Step(&sess.l, ledger.Input{Spill: &result}, cfg)
+		res2, err := ledger.Step(l, ledger.Input{Spill: &result}, cfg)
 		if err != nil {
 			return nil, "", fmt.Errorf("processor: session %s seq %d: %w", sess.id, seq, err)
 		}
@@ -835,6 +916,7 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			sess := &session{id: id, fresh: true}
 			s.sessions[id] = sess
+			s.woken++
 			return sess, nil
 		case err == nil:
 			st, err := UnmarshalState(e.Value())
@@ -843,8 +925,9 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 				// let an operator rebuild it from the events stream.
 				return nil, fmt.Errorf("processor: session %s: %w; run seamguard serve --rebuild", id, err)
 			}
-			sess := &session{id: id, l: st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
+			sess := &session{id: id, l: &st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
 			s.sessions[id] = sess
+			s.woken++
 			return sess, nil
 		}
 		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
@@ -872,7 +955,7 @@ func (s *shard) sendStores(touched []*session) ([]sentStore, error) {
 	p := s.p
 	out := make([]sentStore, 0, len(touched))
 	for _, sess := range touched {
-		val, err := MarshalState(sess.seq, &sess.l)
+		val, err := sess.state()
 		if err != nil {
 			return nil, fmt.Errorf("processor: session %s: %w", sess.id, err)
 		}
@@ -898,7 +981,7 @@ func (s *shard) stored(ctx context.Context, st sentStore) bool {
 	select {
 	case ack := <-st.f.Ok():
 		st.sess.rev, st.sess.dirty = ack.Sequence, false
-		if st.sess.l.Closed() {
+		if st.sess.closed() {
 			delete(s.sessions, st.sess.id) // closed: nothing more to cache
 		}
 		return true
@@ -912,7 +995,7 @@ func (s *shard) stored(ctx context.Context, st sentStore) bool {
 // store writes a session's state with compare-and-swap on its revision.
 func (s *shard) store(ctx context.Context, sess *session) error {
 	p := s.p
-	val, err := MarshalState(sess.seq, &sess.l)
+	val, err := sess.state()
 	if err != nil {
 		return fmt.Errorf("processor: session %s: %w", sess.id, err)
 	}
@@ -926,7 +1009,7 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 		}
 		if err == nil {
 			sess.rev, sess.dirty = rev, false
-			if sess.l.Closed() {
+			if sess.closed() {
 				delete(s.sessions, sess.id) // closed: nothing more to cache
 			}
 			return nil
