@@ -16,5 +16,11 @@
 // processor's and the client's only, or an embedded server in this process.
 // The Report says which.
 //
+// For profiling, `seamguard bench --cpuprofile FILE` profiles this process
+// (the processor and the clients), `--memprofile FILE` writes a heap
+// profile while the million sessions are live, and SEAMGUARD_BENCH_SERVER_CPUPROFILE=FILE
+// makes each child server profile itself (each overwrites the last: skip
+// all measurements but one). SEAMGUARD_BENCH_LOG=info shows the processors' logs.
+//
 // Run is not safe for concurrent use: it reads the process's own memory.
 package bench

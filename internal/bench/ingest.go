@@ -201,14 +201,17 @@ func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor
 	return took, nil
 }
 
-var debugPending = os.Getenv("BENCH_DEBUG") != ""
+// LogEnv, when set in the environment, makes the processors of a run log
+// to standard error at that level (debug, info, warn, error).
+const LogEnv = "SEAMGUARD_BENCH_LOG"
 
-// procOpts logs the processor's warnings to standard error with BENCH_DEBUG set.
+// procOpts gives the processors of a run a logger when LogEnv is set.
 func procOpts() []processor.Option {
-	if !debugPending {
+	var level slog.Level
+	if v := os.Getenv(LogEnv); v == "" || level.UnmarshalText([]byte(v)) != nil {
 		return nil
 	}
-	return []processor.Option{processor.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))}
+	return []processor.Option{processor.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))}
 }
 
 // ackPending adds up what the processor's consumers have delivered and not
@@ -222,9 +225,6 @@ func ackPending(ctx context.Context, js jetstream.JetStream, cfg processor.Confi
 		}
 		info := c.CachedInfo()
 		n += uint64(info.NumAckPending) + info.NumPending
-		if debugPending && info.NumAckPending+int(info.NumPending) > 0 {
-			fmt.Printf("%s: ack pending %d, pending %d, delivered %d, acked %d\n", info.Name, info.NumAckPending, info.NumPending, info.Delivered.Stream, info.AckFloor.Stream)
-		}
 	}
 	return n, nil
 }
