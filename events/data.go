@@ -52,9 +52,10 @@ type obj struct {
 	m    map[string]json.RawMessage
 }
 
+// newObj reads raw, which is valid JSON (compacted data, or a member of it).
 func newObj(path string, raw json.RawMessage) (obj, *Error) {
-	members, dup, err := parseObject(raw)
-	if err != nil {
+	members, dup, ok := splitObject(raw)
+	if !ok {
 		return obj{}, Errorf(CodeBadData, path, "%s is %s; it must be a JSON object", path, jsonKind(raw))
 	}
 	if dup != "" {

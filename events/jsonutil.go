@@ -19,9 +19,127 @@ var errNotObject = errors.New("not a JSON object")
 
 // parseObject reads raw as exactly one JSON object and returns its members in
 // order. dup is the first name that occurs twice (then members is nil).
-// Nesting is bounded by encoding/json (10000 levels) and the scan is linear:
-// member values are kept raw, never walked recursively here.
+// Member values are sub-slices of raw. Nesting is bounded by encoding/json
+// (10000 levels) and the scan is linear: member values are kept raw, never
+// walked recursively here.
+//
+// Valid JSON, which is what arrives nearly always, is checked by validJSON
+// and then split in one pass with no further checking; anything else takes
+// parseObjectSlow, whose errors say what is wrong.
 func parseObject(raw []byte) (members []member, dup string, err error) {
+	if validJSON(raw) {
+		if members, dup, ok := splitObject(raw); ok {
+			return members, dup, nil
+		}
+	}
+	return parseObjectSlow(raw)
+}
+
+// splitObject returns the members of raw, which must be valid JSON; ok is
+// false when raw is not an object.
+func splitObject(raw []byte) (members []member, dup string, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, "", false
+	}
+	i = skipSpace(raw, i+1)
+	if raw[i] == '}' {
+		return nil, "", true
+	}
+	members = make([]member, 0, 8)
+	for {
+		end := skipValue(raw, i) // the name: a string
+		name, isStr := asString(raw[i:end])
+		if !isStr {
+			return nil, "", false // cannot happen in valid JSON
+		}
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // the colon
+		end = skipValue(raw, i)
+		for _, m := range members {
+			if m.name == name {
+				return nil, name, true
+			}
+		}
+		members = append(members, member{name, raw[i:end:end]})
+		i = skipSpace(raw, end)
+		if raw[i] == '}' {
+			return members, "", true
+		}
+		i = skipSpace(raw, i+1) // the comma
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space.
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) {
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value that starts at i in
+// valid JSON.
+func skipValue(raw []byte, i int) int {
+	switch raw[i] {
+	case '"':
+		return skipString(raw, i)
+	case '{', '[':
+		depth := 0
+		for i < len(raw) {
+			switch raw[i] {
+			case '"':
+				i = skipString(raw, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(raw) { // a number, true, false or null
+		switch raw[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at i.
+func skipString(raw []byte, i int) int {
+	for i++; i < len(raw); i++ {
+		if j := plainRun(raw, i, false); j > i {
+			if i = j; i >= len(raw) {
+				break
+			}
+		}
+		switch raw[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// parseObjectSlow is parseObject with encoding/json's tokenizer, which
+// names the first syntax error.
+func parseObjectSlow(raw []byte) (members []member, dup string, err error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
@@ -90,11 +208,36 @@ func asString(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", false
 	}
+	if len(raw) >= 2 && raw[len(raw)-1] == '"' {
+		if in := raw[1 : len(raw)-1]; bytes.IndexByte(in, '\\') < 0 && bytes.IndexByte(in, '"') < 0 && plainText(in) {
+			return string(in), true
+		}
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
 	}
 	return s, true
+}
+
+// plainText reports whether b is valid UTF-8 with no control characters:
+// then a JSON string with b between its quotes and no escapes means b.
+func plainText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c >= utf8.RuneSelf {
+			return utf8.Valid(b) && !hasControl(b)
+		}
+	}
+	return true
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // parseUint returns the value of raw if it is a plain JSON integer in
@@ -172,7 +315,38 @@ func jsonString(s string) json.RawMessage {
 }
 
 // compact returns raw without insignificant white space, in a new slice.
+// Valid JSON is copied leaving out white space outside strings; anything
+// else goes through json.Compact, whose error says what is wrong.
 func compact(raw []byte) (json.RawMessage, error) {
+	switch valid, spaced := scanJSON(raw); {
+	case valid && !spaced:
+		return bytes.Clone(raw), nil
+	case valid:
+		return compactValid(raw), nil
+	}
+	return compactSlow(raw)
+}
+
+// compactValid is compact for valid JSON.
+func compactValid(raw []byte) json.RawMessage {
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		switch c := raw[i]; c {
+		case ' ', '\t', '\n', '\r':
+			i++
+		case '"':
+			end := skipString(raw, i)
+			out = append(out, raw[i:end]...)
+			i = end
+		default:
+			out = append(out, c)
+			i++
+		}
+	}
+	return out
+}
+
+func compactSlow(raw []byte) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	buf.Grow(len(raw))
 	if err := json.Compact(&buf, raw); err != nil {

@@ -89,7 +89,7 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 	kv := p.res.Sessions
 	for _, id := range ids {
 		sess := sessions[id]
-		val, err := MarshalState(sess.seq, &sess.l)
+		val, err := sess.state()
 		if err != nil {
 			return rep, err
 		}

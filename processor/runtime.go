@@ -190,11 +190,29 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// (another instance may have moved it on). horizon is raised to what the
 	// consumer has delivered whenever this instance's delivery sequence
 	// breaks, which is how a lost delivery or a partition that changed hands
-	// shows, and on the first delivery this instance gets.
-	var horizon, lastDelivery uint64
+	// shows.
+	//
+	// Before the first fetch, the consumer's state says what was delivered
+	// before this instance began: if some of it is unacknowledged, horizon
+	// starts at the highest stream sequence delivered; if none is, nothing
+	// can be pending elsewhere and horizon starts at 0. Either way the first
+	// delivery must follow on from that state, or the sequence has broken.
+	either, stop := context.WithCancel(hard)
+	defer context.AfterFunc(ctx, stop)()
+	horizon, lastDelivery, err := p.startState(either, cons)
+	stopped := either.Err() != nil
+	stop()
+	switch {
+	case err != nil && stopped:
+		return nil // stopped before it began
+	case err != nil:
+		err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, err)
+		p.log.Error("consumer stopped", "err", err)
+		return err
+	}
 	dispatch := func(msg jetstream.Msg) {
 		if meta, err := msg.Metadata(); err == nil {
-			if lastDelivery == 0 || meta.Sequence.Consumer != lastDelivery+1 {
+			if meta.Sequence.Consumer != lastDelivery+1 {
 				h := max(p.delivered(hard, cons), meta.Sequence.Stream)
 				if lastDelivery != 0 {
 					p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
@@ -284,6 +302,28 @@ func (p *Processor) Stats() Stats {
 // drain waits for the fetch in flight.
 const fetchWait = time.Second
 
+// startState returns the horizon a consumer starts with and the consumer
+// sequence of its last delivery, asking the server until it answers, ctx
+// ends or the consumer is gone (then an error).
+func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last uint64, err error) {
+	for attempt := 0; ; attempt++ {
+		info, err := cons.Info(ctx)
+		if err == nil {
+			if info.NumAckPending > 0 {
+				horizon = info.Delivered.Stream
+			}
+			return horizon, info.Delivered.Consumer, nil
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+			return 0, 0, err
+		}
+		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
 // delivered returns the highest stream sequence the consumer has delivered,
 // asking the server until it answers or ctx ends (then 0).
 func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) uint64 {
@@ -317,8 +357,12 @@ func shardOf(subject string, n int) int {
 
 // session is a shard's cached state of one session.
 type session struct {
-	id    string
-	l     ledger.Ledger
+	id string
+	// l is the ledger; nil while the session is idle, when idle holds its
+	// snapshot instead (see shard.sweep), or before its first event.
+	l     *ledger.Ledger
+	idle  []byte
+	used  bool   // stepped since the last sweep
 	seq   uint64 // last applied stream sequence
 	rev   uint64 // KV revision of the stored state; 0 when none is stored
 	dirty bool
@@ -329,6 +373,37 @@ type session struct {
 	// fresh is true from reading the state until its first catch-up.
 	fresh bool
 }
+
+// ledger returns the session's ledger, restoring it from its snapshot when
+// the session is idle.
+func (sess *session) ledger() (*ledger.Ledger, error) {
+	sess.used = true
+	if sess.l != nil {
+		return sess.l, nil
+	}
+	l := new(ledger.Ledger)
+	if sess.idle != nil {
+		if err := l.UnmarshalBinary(sess.idle); err != nil {
+			return nil, fmt.Errorf("processor: session %s: restoring its idle ledger: %w", sess.id, err)
+		}
+	}
+	sess.l, sess.idle = l, nil
+	return l, nil
+}
+
+// state encodes what the bucket holds for the session.
+func (sess *session) state() ([]byte, error) {
+	switch {
+	case sess.l != nil:
+		return MarshalState(sess.seq, sess.l)
+	case sess.idle != nil:
+		return marshalState(sess.seq, sess.idle), nil
+	}
+	return MarshalState(sess.seq, new(ledger.Ledger)) // nothing applied yet but rejections
+}
+
+// closed reports whether the session was closed.
+func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
 
 // delivery is a message on its way to its shard, with the horizon in
 // force when it arrived.
@@ -344,15 +419,54 @@ type shard struct {
 	p        *Processor
 	q        chan delivery
 	sessions map[string]*session
+	// woken counts ledgers made live (read, restored or begun) since the
+	// last sweep.
+	woken int
+}
+
+// Idle sessions: a shard keeps the ledgers of the sessions it stepped
+// lately in memory, and every other session as its snapshot, a few dozen
+// bytes for most. A sweep, between batches, turns every session not stepped
+// since the sweep before into its snapshot; it runs once maxLive ledgers
+// have been made live since the last one, and every sweepEvery.
+var (
+	maxLive    = 4096
+	sweepEvery = 30 * time.Second
+	// idleAll makes every sweep idle every session it can, stepped lately
+	// or not, and a sweep follow every batch (tests).
+	idleAll = false
+)
+
+// sweep idles every session that was not stepped since the last sweep.
+func (s *shard) sweep() {
+	s.woken = 0
+	for _, sess := range s.sessions {
+		switch {
+		case sess.l == nil:
+		case sess.used && !idleAll:
+			sess.used = false
+		case !sess.dirty && !sess.l.Pending():
+			snap, err := sess.l.MarshalBinary()
+			if err != nil {
+				continue // stays live
+			}
+			sess.idle, sess.l = bytes.Clone(snap), nil
+		}
+	}
 }
 
 func (s *shard) run(ctx context.Context) error {
 	batch := make([]delivery, 0, s.p.cfg.MaxBatch)
+	tick := time.NewTicker(sweepEvery)
+	defer tick.Stop()
 	for {
 		var m delivery
 		var ok bool
 		select {
 		case m, ok = <-s.q:
+		case <-tick.C:
+			s.sweep()
+			continue
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -374,6 +488,9 @@ func (s *shard) run(ctx context.Context) error {
 		}
 		if err := s.handle(ctx, batch); err != nil {
 			return err
+		}
+		if s.woken >= maxLive || idleAll {
+			s.sweep()
 		}
 	}
 }
@@ -499,10 +616,15 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		}
 		p.observe(pub)
 	}
-	for _, sess := range touched {
-		if fenced[sess.id] {
+	stores, err := s.sendStores(touched, fenced)
+	if err != nil {
+		return err
+	}
+	for _, st := range stores {
+		if s.stored(ctx, st) {
 			continue
 		}
+		sess := st.sess
 		err := s.store(ctx, sess)
 		if errors.Is(err, errFenced) {
 			// Another instance owns the session now (the partition moved):
@@ -597,7 +719,10 @@ type spillFunc func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillR
 // to terminate it with. The runtime and Rebuild share it, so both decide alike.
 func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr nats.Header, data []byte, seq uint64, spillFn spillFunc) ([]events.Output, string, error) {
 	if _, ok := hdr[pinHeader]; ok {
-		hdr = headerMap(hdr) // the input as published, without the delivery's pin
+		// The input as published, without the delivery's pin. The header
+		// is this delivery's own (nats.go has read the pin from it before
+		// handing it over), so the pin is dropped in place, not copied.
+		delete(hdr, pinHeader)
 	}
 	ev, derr := events.DecodeMsg(subject, hdr, data, p.subj)
 	if derr != nil {
@@ -616,7 +741,11 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 	ev.Meta.Seq = seq
 	p.obs.Input(ev.Type)
 	cfg := ledger.Config{Policy: p.cfg.Policy}
-	res, err := ledger.Step(&sess.l, ledger.Input{Event: ev}, cfg)
+	l, err := sess.ledger()
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := ledger.Step(l, ledger.Input{Event: ev}, cfg)
 	if err != nil {
 		// Only a broken protocol between runtime and core gets here.
 		return nil, "", fmt.Errorf("processor: session %s seq %d: %w", sess.id, seq, err)
@@ -633,7 +762,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 			// cache, so the stored state is read again on redelivery.
 			return nil, "", err
 		}
-		res2, err := ledger.Step(&sess.l, ledger.Input{Spill: &result}, cfg)
+		res2, err := ledger.Step(l, ledger.Input{Spill: &result}, cfg)
 		if err != nil {
 			return nil, "", fmt.Errorf("processor: session %s seq %d: %w", sess.id, seq, err)
 		}
@@ -871,6 +1000,7 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			sess := &session{id: id, fresh: true}
 			s.sessions[id] = sess
+			s.woken++
 			return sess, nil
 		case err == nil:
 			st, err := UnmarshalState(e.Value())
@@ -879,8 +1009,9 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 				// let an operator rebuild it from the events stream.
 				return nil, fmt.Errorf("processor: session %s: %w; run seamguard serve --rebuild", id, err)
 			}
-			sess := &session{id: id, l: st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
+			sess := &session{id: id, l: &st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
 			s.sessions[id] = sess
+			s.woken++
 			return sess, nil
 		}
 		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
@@ -893,10 +1024,68 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 // errFenced means another writer changed a session's stored state.
 var errFenced = errors.New("processor: session state changed by another writer")
 
+// sentStore is a session's state on its way to the bucket.
+type sentStore struct {
+	sess *session
+	f    jetstream.PubAckFuture // nil when it could not be sent
+	sent time.Time
+}
+
+// sendStores sends the state of every session in touched to the bucket at
+// once, each a compare-and-swap on the session's revision (what kv.Update
+// and kv.Create publish), so that a batch waits for one round trip rather
+// than one per session. stored then takes each ack; whatever did not plainly
+// succeed goes through store, which sorts out conflicts and lost replies.
+// Sessions fenced during the batch are not sent.
+func (s *shard) sendStores(touched []*session, fenced map[string]bool) ([]sentStore, error) {
+	p := s.p
+	out := make([]sentStore, 0, len(touched))
+	for _, sess := range touched {
+		if fenced[sess.id] {
+			continue // another instance's now: nothing of it is stored
+		}
+		val, err := sess.state()
+		if err != nil {
+			return nil, fmt.Errorf("processor: session %s: %w", sess.id, err)
+		}
+		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
+		msg.Data = val
+		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(sess.rev))
+		if err != nil {
+			f = nil // store tries again
+		}
+		out = append(out, sentStore{sess: sess, f: f, sent: time.Now()})
+	}
+	return out, nil
+}
+
+// stored waits for the ack of a state sendStores sent and reports whether
+// it was stored; false means store must settle it.
+func (s *shard) stored(ctx context.Context, st sentStore) bool {
+	if st.f == nil {
+		return false
+	}
+	t := time.NewTimer(pubAckWait)
+	defer t.Stop()
+	select {
+	case ack := <-st.f.Ok():
+		st.sess.rev, st.sess.dirty = ack.Sequence, false
+		s.p.obs.Stored(time.Since(st.sent))
+		if st.sess.closed() {
+			delete(s.sessions, st.sess.id) // closed: nothing more to cache
+		}
+		return true
+	case <-st.f.Err():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // store writes a session's state with compare-and-swap on its revision.
 func (s *shard) store(ctx context.Context, sess *session) error {
 	p := s.p
-	val, err := MarshalState(sess.seq, &sess.l)
+	val, err := sess.state()
 	if err != nil {
 		return fmt.Errorf("processor: session %s: %w", sess.id, err)
 	}
@@ -912,7 +1101,7 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 		if err == nil {
 			sess.rev, sess.dirty = rev, false
 			p.obs.Stored(time.Since(start))
-			if sess.l.Closed() {
+			if sess.closed() {
 				delete(s.sessions, sess.id) // closed: nothing more to cache
 			}
 			return nil

@@ -29,10 +29,15 @@ func MarshalState(seq uint64, l *ledger.Ledger) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return marshalState(seq, snap), nil
+}
+
+// marshalState is MarshalState of a ledger snapshot.
+func marshalState(seq uint64, snap []byte) []byte {
 	b := make([]byte, 0, len(snap)+11)
 	b = append(b, stateVersion)
 	b = binary.AppendUvarint(b, seq)
-	return append(b, snap...), nil
+	return append(b, snap...)
 }
 
 // UnmarshalState decodes what MarshalState wrote.

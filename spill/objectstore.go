@@ -261,7 +261,10 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 	if err != nil {
 		return events.SpillHandle{}, fmt.Errorf("spill: read back info of %s: %w", req.Name, err)
 	}
-	if stored.NUID != info.NUID || stored.Digest != w.Digest() || stored.Size != w.Size() {
+	// Another writer of the same spill (an instance that lost the session
+	// while it spilled) may have put it again since: the same name, size
+	// and digest are the same transcript, and what the handle names.
+	if stored.Digest != w.Digest() || stored.Size != w.Size() {
 		return events.SpillHandle{}, fmt.Errorf("%w: bucket %s holds %s with %d bytes and digest %s, but %d bytes with digest %s were written (was it overwritten?)",
 			ErrDigestMismatch, s.Bucket, req.Name, stored.Size, stored.Digest, w.Size(), w.Digest())
 	}

@@ -20,6 +20,7 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"bench":  {"measure seamguard against raw JetStream on the same server (--quick for a small run)", runBench},
 	"check":  {"decide a file of events offline, without a server", runCheck},
 	"demo":   {"play the seed story on an embedded server and show the verdicts", runDemo},
 	"serve":  {"run the processor (on an embedded NATS server unless --nats-url)", runServe},

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/seamguard/seamguard/internal/bench"
+)
+
+// runBench measures seamguard against raw JetStream (see internal/bench).
+// Without --nats-url each measurement gets a fresh embedded server in a
+// child process (this executable again), so that this process's memory is
+// the processor's.
+func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if code, ok := bench.ServeChild(); ok {
+		if code != 0 {
+			return errors.New("the benchmark's server process failed")
+		}
+		return nil
+	}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg       bench.Config
+		jsonPath  string
+		skip      string
+		inProcess bool
+		cpuProf   string
+	)
+	fs.BoolVar(&cfg.Quick, "quick", false, "small sizes: the whole run takes well under a minute")
+	fs.StringVar(&cfg.URL, "nats-url", "", "measure against this NATS server instead of a fresh embedded one")
+	fs.StringVar(&jsonPath, "json", "", "also write the full report as JSON to this file")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to leave out: ingest, latency, sessions, decision, spill")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for the servers' storage (default: a temporary directory, removed after)")
+	fs.BoolVar(&inProcess, "in-process", false, "run the embedded server in this process (memory figures then include the server's)")
+	fs.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of this process (the processor and the clients) to this file")
+	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile of this process to this file while the sessions of measurement 3 are live")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := applyEnv(fs); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: bench takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if skip != "" {
+		cfg.Skip = strings.Split(skip, ",")
+	}
+	if cfg.URL == "" && !inProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("cannot find this executable to run the server in a child process (use --in-process): %w", err)
+		}
+		cfg.Child = []string{exe, "bench"}
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg.Progress = stderr
+	if cpuProf != "" {
+		f, err := os.Create(cpuProf)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile %s: %w", cpuProf, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile %s: %w", cpuProf, err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		if terr := rep.WriteTable(stdout); terr != nil && err == nil {
+			err = terr
+		}
+		if jsonPath != "" {
+			if jerr := writeJSONFile(jsonPath, rep); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
+	}
+	return err
+}
+
+func writeJSONFile(path string, rep *bench.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--json %s: %w", path, err)
+	}
+	if err := rep.WriteJSON(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--json %s: %w", path, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/internal/bench"
+)
+
+// TestMain lets this test binary serve as the benchmark's child server
+// process, as the seamguard binary does (see runBench).
+func TestMain(m *testing.M) {
+	if code, ok := bench.ServeChild(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchQuick runs `seamguard bench --quick` end to end, its server in a
+// child process, and checks that every measurement reported figures that
+// make sense. It asserts no target: the figures depend on the machine (and
+// on -race); the README's table comes from a full run.
+func TestBenchQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick benchmark")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"bench", "--quick", "--json", path}, nil, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	t.Logf("\n%s", stdout.String())
+
+	var rep bench.Report
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.True(t, rep.Quick)
+	require.Equal(t, "child process", rep.Server)
+	require.Len(t, rep.Ingest, 2)
+	for _, in := range rep.Ingest {
+		require.Positive(t, in.RawPerSec)
+		require.Positive(t, in.SeamguardPerSec)
+		require.InDelta(t, in.SeamguardPerSec/in.RawPerSec, in.Ratio, 1e-9)
+		require.Positive(t, in.Requests, "the workload holds compaction requests")
+	}
+	require.NotNil(t, rep.Latency)
+	require.Positive(t, rep.Latency.Raw.P50)
+	require.GreaterOrEqual(t, rep.Latency.Seamguard.P99, rep.Latency.Seamguard.P50)
+	require.NotNil(t, rep.Sessions)
+	require.Positive(t, rep.Sessions.HeapPerSession, "live sessions hold memory")
+	require.Less(t, rep.Sessions.HeapPerSession, 64.0*1024, "no session holds 64 KiB")
+	require.Positive(t, rep.Sessions.SnapshotBytes)
+	require.NotNil(t, rep.Decision)
+	require.Len(t, rep.Decision.Points, 3)
+	last := rep.Decision.Points[2]
+	require.Equal(t, 100_000, last.Truncated)
+	require.Greater(t, last.ScanNs, last.StepNs, "a scan of 100,000 truncations is slower than a decision")
+	require.NotNil(t, rep.Spill)
+	require.Positive(t, rep.Spill.Ratio)
+	require.Len(t, rep.Spill.Peaks, 2)
+	require.Equal(t, rep.Spill.Bytes, rep.Spill.Peaks[1].Bytes)
+	require.NotEmpty(t, rep.Rows)
+	require.Contains(t, stdout.String(), "raw JetStream")
+}
+
+func TestBenchUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"bench", "--skip", "nothing"}, nil, &stdout, &stderr))
+	require.Contains(t, stderr.String(), `Skip names "nothing"`)
+	require.Equal(t, 2, run(context.Background(), []string{"bench", "extra"}, nil, &stdout, &stderr))
+}

@@ -1,0 +1,74 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The fast paths of parseObject, compact and asString must give what the
+// encoding/json paths give, on any input.
+
+var jsonSeeds = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a" : [1, {"b": "c\"}"}], "d":null}`, "{\n\t\"x\": \"y z\"\r\n}",
+	`{"a":1,"a":2}`, `{"a":"\u00e9\n","b\\c":true}`, `[1,2]`, `"str"`, `{"a":}`, `{"a":1`, `{"a":1}x`,
+	`{"content":"caf\u00e9 \u2028 <b>&amp;</b>","n":-1.5e3}`, `{"":0}`, `{"a":{"a":{"a":[[[]]]}}}`,
+	"\"\xff\"", `"a\"b"`, `"`, `""`, `"\ud800"`,
+}
+
+func FuzzFastJSON(f *testing.F) {
+	for _, s := range jsonSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkFastJSON(t, raw)
+	})
+}
+
+func TestFastJSONSeeds(t *testing.T) {
+	for _, s := range jsonSeeds {
+		checkFastJSON(t, []byte(s))
+	}
+}
+
+func checkFastJSON(t *testing.T, raw []byte) {
+	t.Helper()
+	m1, d1, e1 := parseObject(raw)
+	m2, d2, e2 := parseObjectSlow(raw)
+	require.Equal(t, e2 == nil, e1 == nil, "parseObject(%q) error: fast %v, slow %v", raw, e1, e2)
+	require.Equal(t, d2, d1, "duplicate of %q", raw)
+	require.Equal(t, len(m2), len(m1), "members of %q", raw)
+	for i := range m1 {
+		require.Equal(t, m2[i].name, m1[i].name)
+		require.Equal(t, string(m2[i].val), string(m1[i].val))
+	}
+	c1, e1 := compact(raw)
+	c2, e2 := compactSlow(raw)
+	require.Equal(t, e2 == nil, e1 == nil, "compact(%q)", raw)
+	require.True(t, bytes.Equal(c1, c2), "compact(%q): fast %q, slow %q", raw, c1, c2)
+	s1, ok1 := asString(raw)
+	var s2 string
+	ok2 := len(bytes.TrimSpace(raw)) > 0 && bytes.TrimSpace(raw)[0] == '"' && json.Unmarshal(bytes.TrimSpace(raw), &s2) == nil
+	require.Equal(t, ok2, ok1, "asString(%q)", raw)
+	require.Equal(t, s2, s1, "asString(%q)", raw)
+}
+
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range append(jsonSeeds, `{"a" :1}`, `{"a": 1}`, `[1 ,2]`, `{ "a":1}`, `-0.5e+7`, `01`, `1.`, `[1,]`, `{"a":1,}`, `[`, `]`, `nul`, `truex`, `"\u12"`, `"\x"`, " 1 ", `[[],{}]`, "\"\t\"") {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)))
+	f.Add([]byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		valid, spaced := scanJSON(raw)
+		require.Equal(t, json.Valid(raw), valid, "validJSON(%q)", raw)
+		if valid {
+			c, err := compactSlow(raw)
+			require.NoError(t, err)
+			require.Equal(t, !bytes.Equal(c, raw), spaced, "scanJSON(%q) says white space: %v", raw, spaced)
+		}
+	})
+}

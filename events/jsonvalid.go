@@ -1,0 +1,243 @@
+package events
+
+import "encoding/binary"
+
+// validJSON reports whether b is exactly one JSON value with optional white
+// space around it: what json.Valid reports (FuzzValidJSON holds it to that,
+// the nesting limit of 10000 included), several times faster, as it does not
+// go through a state machine byte by byte. Bytes of 0x80 and above inside
+// strings are not checked here, as json.Valid does not check them either.
+func validJSON(b []byte) bool {
+	ok, _ := scanJSON(b)
+	return ok
+}
+
+// scanJSON is validJSON, and also reports whether b holds white space
+// outside strings (when it does not, b is already compact).
+func scanJSON(b []byte) (valid, spaced bool) {
+	const maxDepth = 10000
+	var stack []byte // '{' or '[' of each open container
+	// skip is skipSpace, noting white space.
+	skip := func(i int) int {
+		j := skipSpace(b, i)
+		if j != i {
+			spaced = true
+		}
+		return j
+	}
+	i := skip(0)
+	for {
+		// A value starts at i.
+		if i >= len(b) {
+			return false, false
+		}
+		switch c := b[i]; {
+		case c == '{' || c == '[':
+			if len(stack) >= maxDepth {
+				return false, false
+			}
+			stack = append(stack, c)
+			i = skip(i + 1)
+			if i < len(b) && (c == '{' && b[i] == '}' || c == '[' && b[i] == ']') {
+				stack = stack[:len(stack)-1]
+				i++
+				break
+			}
+			if c == '{' {
+				if i = memberStart(b, i, &spaced); i < 0 {
+					return false, false
+				}
+			}
+			continue
+		case c == '"':
+			if i = validString(b, i); i < 0 {
+				return false, false
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			if i = validNumber(b, i); i < 0 {
+				return false, false
+			}
+		case c == 't':
+			if i = literal(b, i, "true"); i < 0 {
+				return false, false
+			}
+		case c == 'f':
+			if i = literal(b, i, "false"); i < 0 {
+				return false, false
+			}
+		case c == 'n':
+			if i = literal(b, i, "null"); i < 0 {
+				return false, false
+			}
+		default:
+			return false, false
+		}
+		// After a value: close containers, or go on to the next element.
+		for {
+			i = skip(i)
+			if len(stack) == 0 {
+				return i == len(b), spaced
+			}
+			if i >= len(b) {
+				return false, false
+			}
+			top := stack[len(stack)-1]
+			switch {
+			case b[i] == ',':
+				i = skip(i + 1)
+				if top == '{' {
+					if i = memberStart(b, i, &spaced); i < 0 {
+						return false, false
+					}
+				}
+			case top == '{' && b[i] == '}' || top == '[' && b[i] == ']':
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			default:
+				return false, false
+			}
+			break
+		}
+	}
+}
+
+// memberStart reads an object member's name and colon at i and returns the
+// index of its value, or -1; it sets *spaced when it skips white space.
+func memberStart(b []byte, i int, spaced *bool) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	if i = validString(b, i); i < 0 {
+		return -1
+	}
+	j := skipSpace(b, i)
+	if j >= len(b) || b[j] != ':' {
+		return -1
+	}
+	k := skipSpace(b, j+1)
+	if j != i || k != j+1 {
+		*spaced = true
+	}
+	return k
+}
+
+// Masks for looking at 8 bytes at once (SWAR): ones has 0x01 in every byte,
+// highs 0x80.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasByte reports whether some byte of x equals c.
+func hasByte(x uint64, c byte) bool {
+	y := x ^ (ones * uint64(c))
+	return (y-ones)&^y&highs != 0
+}
+
+// hasLess reports whether some byte of x is below n (n <= 128).
+func hasLess(x uint64, n byte) bool {
+	return (x-ones*uint64(n))&^x&highs != 0
+}
+
+// plainRun returns the index of the first byte at or after i that may end
+// or escape a string (a quote, a backslash or, when controls is true, a
+// byte below 0x20), looking at 8 bytes at a time; it may stop early on a
+// word holding one, never late.
+func plainRun(b []byte, i int, controls bool) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if hasByte(x, '"') || hasByte(x, '\\') || controls && hasLess(x, 0x20) {
+			return i
+		}
+	}
+	return i
+}
+
+// validString checks the string that starts at b[i] == '"' and returns the
+// index just past it, or -1.
+func validString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		if j := plainRun(b, i, true); j > i {
+			if i = j; i >= len(b) {
+				break
+			}
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return -1
+				}
+				for _, h := range b[i+1 : i+5] {
+					if _, ok := unhex(h); !ok {
+						return -1
+					}
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+// validNumber checks the number that starts at i and returns the index just
+// past it, or -1.
+func validNumber(b []byte, i int) int {
+	digits := func(i int) int {
+		j := i
+		for j < len(b) && '0' <= b[j] && b[j] <= '9' {
+			j++
+		}
+		return j
+	}
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		i = digits(i)
+	default:
+		return -1
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return -1
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(i)
+		if j == i {
+			return -1
+		}
+		i = j
+	}
+	return i
+}
+
+func literal(b []byte, i int, lit string) int {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}

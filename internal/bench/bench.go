@@ -1,0 +1,317 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Config says how big a run is and where the server is. The zero value is
+// a full run on an embedded server in this process.
+type Config struct {
+	// Quick makes every measurement small: the whole run takes well under
+	// a minute. CI runs it to keep the harness working.
+	Quick bool
+	// URL is a NATS server to measure against; empty means a fresh
+	// embedded server for each measurement, in a child process when Child
+	// is set, else in this process.
+	URL string
+	// Child is the command line of a child process that serves the
+	// embedded server (it must call ServeChild first thing).
+	Child []string
+	// Dir holds the servers' storage and scratch files; empty means a new
+	// temporary directory, removed at the end.
+	Dir string
+	// Progress receives a line as each step starts; nil discards.
+	Progress io.Writer
+	// HeapProfile, when set, names a file to write a heap profile to while
+	// the many sessions of measurement 3 are live.
+	HeapProfile string
+	// Skip names measurements to leave out: "ingest", "latency",
+	// "sessions", "decision", "spill".
+	Skip []string
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL != "" && len(c.Child) > 0 {
+		errs = append(errs, errors.New("bench: both URL and Child are set; a run measures one server"))
+	}
+	known := map[string]bool{"ingest": true, "latency": true, "sessions": true, "decision": true, "spill": true}
+	for _, s := range c.Skip {
+		if !known[s] {
+			errs = append(errs, fmt.Errorf("bench: Skip names %q; use ingest, latency, sessions, decision or spill", s))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) skips(name string) bool {
+	for _, s := range c.Skip {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Report is what one run measured. Ratios are seamguard's figure over raw
+// JetStream's, measured on the same server in the same run.
+type Report struct {
+	Started  time.Time        `json:"started"`
+	Took     string           `json:"took"`
+	Quick    bool             `json:"quick"`
+	Server   string           `json:"server"` // "url", "child process" or "in process"
+	CPUs     int              `json:"cpus"`
+	GoVer    string           `json:"go"`
+	Ingest   []IngestResult   `json:"ingest,omitempty"`
+	Latency  *LatencyResult   `json:"latency,omitempty"`
+	Sessions *SessionsResult  `json:"sessions,omitempty"`
+	Decision *DecisionResult  `json:"decision,omitempty"`
+	Spill    *SpillResult     `json:"spill,omitempty"`
+	Rows     []Row            `json:"rows"`
+	Targets  map[string]*bool `json:"targets_met"`
+}
+
+// Row is one line of the table.
+type Row struct {
+	Item      string  `json:"item"`
+	Metric    string  `json:"metric"`
+	Seamguard string  `json:"seamguard"`
+	Raw       string  `json:"raw"`
+	Ratio     float64 `json:"ratio,omitempty"`
+	Target    string  `json:"target"`
+	Met       *bool   `json:"met,omitempty"`
+}
+
+// Run runs every measurement not skipped and returns the report. ctx
+// bounds the whole run.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "seamguard-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	r := &Report{Started: time.Now().UTC(), Quick: cfg.Quick, CPUs: runtime.NumCPU(), GoVer: runtime.Version(), Targets: map[string]*bool{}}
+	progress := func(format string, args ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "bench: "+format+"\n", args...)
+		}
+	}
+	step := 0
+	// with runs f against a fresh server (or the one at URL).
+	with := func(name string, f func(*server) error) error {
+		if cfg.skips(name) {
+			return nil
+		}
+		step++
+		srv, err := startServer(cfg, filepath.Join(dir, fmt.Sprintf("%d-%s", step, name)))
+		if err != nil {
+			return err
+		}
+		defer srv.close()
+		r.Server = srv.mode
+		progress("%s (server: %s)", name, srv.mode)
+		if err := f(srv); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	sz := sizes(cfg.Quick)
+	err := errors.Join(
+		with("ingest", func(s *server) error {
+			for i, body := range sz.ingestBodies {
+				res, err := runIngest(ctx, s, fmt.Sprintf("i%d", i), body, sz.ingestEvents[i], sz.ingestSessions, progress)
+				if err != nil {
+					return err
+				}
+				r.Ingest = append(r.Ingest, res)
+			}
+			return nil
+		}),
+		with("latency", func(s *server) error {
+			res, err := runLatency(ctx, s, sz.latencyRequests, progress)
+			r.Latency = res
+			return err
+		}),
+		with("sessions", func(s *server) error {
+			res, err := runSessions(ctx, s, sz.sessions, sz.sessionTurns, cfg.HeapProfile, progress)
+			r.Sessions = res
+			return err
+		}),
+		func() error {
+			if cfg.skips("decision") {
+				return nil
+			}
+			progress("decision (no server)")
+			res, err := runDecision(ctx, sz.decisionSizes, sz.decisionTime)
+			r.Decision = res
+			return err
+		}(),
+		with("spill", func(s *server) error {
+			res, err := runSpill(ctx, s, filepath.Join(dir, "spill-scratch"), sz.spillSizes, progress)
+			r.Spill = res
+			return err
+		}),
+	)
+	r.Took = time.Since(r.Started).Round(time.Millisecond).String()
+	r.rows()
+	return r, err
+}
+
+// sizes of one run.
+type runSizes struct {
+	ingestBodies    []int
+	ingestEvents    []int
+	ingestSessions  int
+	latencyRequests int
+	sessions        int
+	sessionTurns    int
+	decisionSizes   []int
+	decisionTime    time.Duration
+	spillSizes      []int64 // the last is the one compared with a raw put
+}
+
+func sizes(quick bool) runSizes {
+	if quick {
+		return runSizes{
+			ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{4_000, 1_000}, ingestSessions: 10,
+			latencyRequests: 100,
+			sessions:        4_000, sessionTurns: 2,
+			decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: 100 * time.Millisecond,
+			spillSizes: []int64{4 << 20, 16 << 20},
+		}
+	}
+	return runSizes{
+		ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{50_000, 12_000}, ingestSessions: 100,
+		latencyRequests: 2_000,
+		sessions:        1_000_000, sessionTurns: 2,
+		decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: time.Second,
+		spillSizes: []int64{64 << 20, 256 << 20},
+	}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func met(ok bool) *bool { return &ok }
+
+// rows builds the table from the results.
+func (r *Report) rows() {
+	add := func(key string, row Row) {
+		r.Rows = append(r.Rows, row)
+		if row.Met != nil {
+			r.Targets[key] = row.Met
+		}
+	}
+	for _, in := range r.Ingest {
+		add(fmt.Sprintf("ingest_%dk", in.BodyBytes>>10), Row{
+			Item: "1 ingest", Metric: fmt.Sprintf("events/s, %d KiB bodies, %d events, %d sessions (%.2f snapshot writes/event)", in.BodyBytes>>10, in.Events, in.Sessions, in.WritesPerEvent),
+			Seamguard: fmt.Sprintf("%.0f", in.SeamguardPerSec), Raw: fmt.Sprintf("%.0f", in.RawPerSec),
+			Ratio: in.Ratio, Target: ">= 0.7", Met: met(in.Ratio >= 0.7),
+		})
+	}
+	if l := r.Latency; l != nil {
+		add("latency_p50", Row{Item: "2 latency", Metric: fmt.Sprintf("p50 of %d requests", l.Requests),
+			Seamguard: dur(l.Seamguard.P50), Raw: dur(l.Raw.P50), Ratio: ratio(l.Seamguard.P50, l.Raw.P50), Target: "<= 2", Met: met(ratio(l.Seamguard.P50, l.Raw.P50) <= 2)})
+		add("latency_p99", Row{Item: "2 latency", Metric: fmt.Sprintf("p99 of %d requests", l.Requests),
+			Seamguard: dur(l.Seamguard.P99), Raw: dur(l.Raw.P99), Ratio: ratio(l.Seamguard.P99, l.Raw.P99), Target: "<= 3", Met: met(ratio(l.Seamguard.P99, l.Raw.P99) <= 3)})
+	}
+	if s := r.Sessions; s != nil {
+		add("session_rss", Row{Item: "3 sessions", Metric: fmt.Sprintf("RSS per live session, %d sessions (heap: %.0f B)", s.Sessions, s.HeapPerSession),
+			Seamguard: fmt.Sprintf("%.0f B", s.RSSPerSession), Raw: "-", Target: "<= 1024 B", Met: met(s.RSSPerSession <= 1024)})
+		if n := len(s.Stages); n > 1 {
+			first, last := s.Stages[0], s.Stages[n-1]
+			add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("snapshot writes/s, at %d vs %d live sessions", last.Sessions, first.Sessions),
+				Seamguard: fmt.Sprintf("%.0f vs %.0f", last.WritesPerSec, first.WritesPerSec), Raw: "-", Ratio: ratio(last.WritesPerSec, first.WritesPerSec), Target: "(flat)"})
+		}
+	}
+	if d := r.Decision; d != nil && len(d.Points) > 0 {
+		last := d.Points[len(d.Points)-1]
+		add("", Row{Item: "4 decision", Metric: fmt.Sprintf("Step, %d vs %d truncated ranges", last.Truncated, d.Points[0].Truncated),
+			Seamguard: fmt.Sprintf("%s vs %s", dur(last.StepNs/1e9), dur(d.Points[0].StepNs/1e9)), Raw: "-", Ratio: ratio(last.StepNs, d.Points[0].StepNs), Target: "(logarithmic)"})
+		add("", Row{Item: "4 decision", Metric: fmt.Sprintf("speed-up over the seed's scan at %d truncations", last.Truncated),
+			Seamguard: dur(last.StepNs / 1e9), Raw: dur(last.ScanNs/1e9) + " (scan)", Ratio: ratio(last.ScanNs, last.StepNs), Target: "(report)"})
+	}
+	if s := r.Spill; s != nil {
+		add("spill", Row{Item: "5 spill", Metric: fmt.Sprintf("MB/s, %d MiB transcript, vs object store put", s.Bytes>>20),
+			Seamguard: fmt.Sprintf("%.0f", s.SpillMBps), Raw: fmt.Sprintf("%.0f", s.PutMBps), Ratio: s.Ratio, Target: ">= 0.5", Met: met(s.Ratio >= 0.5)})
+		if len(s.Peaks) > 1 {
+			a, b := s.Peaks[0], s.Peaks[len(s.Peaks)-1]
+			add("spill_memory", Row{Item: "5 spill", Metric: fmt.Sprintf("peak heap growth, %d MiB vs %d MiB transcript", b.Bytes>>20, a.Bytes>>20),
+				Seamguard: fmt.Sprintf("%.1f vs %.1f MiB", mib(b.PeakGrowth), mib(a.PeakGrowth)), Raw: "-", Ratio: ratio(float64(b.PeakGrowth), float64(a.PeakGrowth)),
+				Target: "independent of size", Met: met(b.PeakGrowth < 64<<20 && float64(b.PeakGrowth) < 2*float64(max(a.PeakGrowth, 8<<20)))})
+		}
+	}
+}
+
+func mib(n uint64) float64 { return float64(n) / (1 << 20) }
+
+// dur formats seconds.
+func dur(s float64) string {
+	return time.Duration(s * 1e9).Round(time.Microsecond / 10).String()
+}
+
+// WriteTable prints the table.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "seamguard bench (%s, server %s, %d CPUs, %s, took %s)\n\n", map[bool]string{true: "quick", false: "full"}[r.Quick], r.Server, r.CPUs, r.GoVer, r.Took)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "item\tmetric\tseamguard\traw JetStream\tratio\ttarget\tmet")
+	for _, row := range r.Rows {
+		ratio := ""
+		if row.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2f", row.Ratio)
+		}
+		m := ""
+		if row.Met != nil {
+			m = map[bool]string{true: "yes", false: "NO"}[*row.Met]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Item, row.Metric, row.Seamguard, row.Raw, ratio, row.Target, m)
+	}
+	return tw.Flush()
+}
+
+// WriteJSON writes the whole report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Markdown renders the table as Markdown.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| item | metric | seamguard | raw JetStream | ratio | target | met |\n|---|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		ratio := ""
+		if row.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2f", row.Ratio)
+		}
+		m := ""
+		if row.Met != nil {
+			m = map[bool]string{true: "yes", false: "no"}[*row.Met]
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row.Item, row.Metric, row.Seamguard, row.Raw, ratio, row.Target, m)
+	}
+	return b.String()
+}

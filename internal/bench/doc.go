@@ -1,0 +1,26 @@
+// Package bench measures seamguard against raw JetStream on the same
+// server, in the same run, and reports ratios: absolute numbers drift on a
+// shared machine, ratios measured side by side much less.
+//
+// Run measures five things (see Report): ingest throughput of the processor
+// against a plain durable pull consumer on the same events; decision latency
+// against a raw publish, consume and reply round trip; memory per live
+// session with a million sessions, and how snapshot writes scale; the cost
+// of one decision against the number of truncated ranges, and against a
+// straightforward port of the seed's reference check; and a spill against a
+// raw object store put of the same bytes.
+//
+// Inputs are generated from fixed seeds, so every run measures the same
+// events. The server is, in order of preference, the one at Config.URL, a
+// child process (Config.Child), so that the process's resident memory is the
+// processor's and the client's only, or an embedded server in this process.
+// The Report says which.
+//
+// For profiling, `seamguard bench --cpuprofile FILE` profiles this process
+// (the processor and the clients), `--memprofile FILE` writes a heap
+// profile while the million sessions are live, and SEAMGUARD_BENCH_SERVER_CPUPROFILE=FILE
+// makes each child server profile itself (each overwrites the last: skip
+// all measurements but one). SEAMGUARD_BENCH_LOG=info shows the processors' logs.
+//
+// Run is not safe for concurrent use: it reads the process's own memory.
+package bench

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/processor/ledger"
+	"github.com/seamguard/seamguard/spill"
+)
+
+// SpillResult compares writing a spill (reading the transcript from the
+// events stream, replaying it, streaming it into the object store) with a
+// raw object store put of the very bytes the spill stored, read from a
+// local file.
+type SpillResult struct {
+	Server      string  `json:"server"` // "in process": the heap includes the server's
+	Bytes       uint64  `json:"bytes"`
+	Events      uint64  `json:"events"`
+	SpillSecs   float64 `json:"spill_seconds"` // Store.Write without read-back
+	SpillMBps   float64 `json:"spill_mb_per_sec"`
+	VerifySecs  float64 `json:"verify_seconds"` // reading it back and checking the digest (serve's default adds this)
+	PutSecs     float64 `json:"put_seconds"`
+	PutMBps     float64 `json:"put_mb_per_sec"`
+	Ratio       float64 `json:"ratio"`        // spill MB/s over put MB/s
+	RatioVerify float64 `json:"ratio_verify"` // the same with the read-back counted
+	Peaks       []Peak  `json:"peaks"`
+	SpillUsage  Usage   `json:"spill_usage"`
+	PutUsage    Usage   `json:"put_usage"`
+}
+
+// Peak is the heap growth while writing a spill of Bytes.
+type Peak struct {
+	Bytes      uint64 `json:"bytes"`
+	PeakGrowth uint64 `json:"peak_heap_growth_bytes"`
+}
+
+func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, progress func(string, ...any)) (*SpillResult, error) {
+	cfg := benchProcessorConfig("benchp")
+	res, err := processor.Provision(ctx, s.js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer dropResources(context.WithoutCancel(ctx), s.js, cfg)
+	store := &spill.Store{JS: s.js, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
+	out := &SpillResult{Server: s.mode}
+	g := newGen(cfg.Subjects(), Seed+3)
+	for k, size := range sizes {
+		session := fmt.Sprintf("spill-%d", k)
+		progress("spill: publishing a %d MiB transcript", size>>20)
+		req, err := publishTranscript(ctx, s.js, g, cfg.Subjects(), session, size)
+		if err != nil {
+			return nil, err
+		}
+		progress("spill: writing it (%d events)", req.Events)
+		m := s.meter()
+		h, took, peak, err := sampled(func() (events.SpillHandle, error) { return store.Write(ctx, req) })
+		if err != nil {
+			return nil, err
+		}
+		out.SpillUsage = m.stop()
+		out.Peaks = append(out.Peaks, Peak{Bytes: h.Size, PeakGrowth: peak})
+		if k != len(sizes)-1 {
+			continue
+		}
+		out.Bytes, out.Events = h.Size, h.Events
+		out.SpillSecs = took.Seconds()
+		out.SpillMBps = float64(h.Size) / (1 << 20) / took.Seconds()
+
+		// Read it back (the verification serve does by default), into a
+		// file that the raw put then reads.
+		if err := os.MkdirAll(scratch, 0o755); err != nil {
+			return nil, err
+		}
+		path := filepath.Join(scratch, "transcript.jsonl")
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		_, err = store.Get(ctx, h.Name, f)
+		out.VerifySecs = time.Since(start).Seconds()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		progress("spill: raw object store put of the same %d MiB", h.Size>>20)
+		m = s.meter()
+		put, err := rawPut(ctx, res.Spills, path)
+		if err != nil {
+			return nil, err
+		}
+		out.PutUsage = m.stop()
+		_ = os.Remove(path)
+		out.PutSecs = put.Seconds()
+		out.PutMBps = float64(h.Size) / (1 << 20) / put.Seconds()
+		out.Ratio = out.SpillMBps / out.PutMBps
+		out.RatioVerify = out.PutSecs / (out.SpillSecs + out.VerifySecs)
+	}
+	return out, nil
+}
+
+func rawPut(ctx context.Context, obs jetstream.ObjectStore, path string) (time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	start := time.Now()
+	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/put.jsonl"}, f); err != nil {
+		return 0, fmt.Errorf("bench: raw put: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// sampled runs f while sampling the heap in use every 2ms, and returns its
+// result, how long it took and the peak growth over the heap before it.
+func sampled(f func() (events.SpillHandle, error)) (events.SpillHandle, time.Duration, uint64, error) {
+	settledMemory()
+	base := heapInUse()
+	var peak atomic.Uint64
+	peak.Store(base)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v := heapInUse(); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	})
+	start := time.Now()
+	h, err := f()
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	return h, took, peak.Load() - base, err
+}
+
+// publishTranscript publishes a session of 8 KiB turns until size bytes
+// of them are in the stream, then a compaction request that puts turns at
+// risk. It steps a ledger alongside with what it published, as the
+// processor would, and returns the spill that ledger asks for.
+func publishTranscript(ctx context.Context, js jetstream.JetStream, g *gen, subj events.Subjects, session string, size int64) (ledger.SpillRequest, error) {
+	var l ledger.Ledger
+	var head uint64
+	var sent int64
+	var req *ledger.SpillRequest
+	apply := func(msgs []*nats.Msg) error {
+		seqs, err := publishAll(ctx, js, msgs, 1024)
+		if err != nil {
+			return err
+		}
+		for i, m := range msgs {
+			ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, subj)
+			if err != nil {
+				return err
+			}
+			ev.Meta.Seq = seqs[i]
+			r, err := ledger.Step(&l, ledger.Input{Event: ev}, ledger.Config{})
+			if err != nil {
+				return err
+			}
+			if r.Spill != nil {
+				req = r.Spill
+			}
+		}
+		return nil
+	}
+	batch := []*nats.Msg{g.open(session, 12)}
+	for sent < size {
+		m := g.turn(session, head, 8<<10)
+		head++
+		sent += int64(len(m.Data))
+		batch = append(batch, m)
+		if len(batch) == 512 {
+			if err := apply(batch); err != nil {
+				return ledger.SpillRequest{}, err
+			}
+			batch = batch[:0]
+		}
+	}
+	// The summary covers nothing: everything before the tail is at risk.
+	batch = append(batch, g.msg(session, events.TypeCompactionRequested,
+		fmt.Appendf(nil, `{"request_id":"big","summarizer_input":{"start":0,"end":%d},"summary_range":{"start":0,"end":0},"tail_start":%d}`, head, head-12)))
+	if err := apply(batch); err != nil {
+		return ledger.SpillRequest{}, err
+	}
+	if req == nil {
+		return ledger.SpillRequest{}, fmt.Errorf("bench: the spill workload's compaction asked for no spill")
+	}
+	return *req, nil
+}

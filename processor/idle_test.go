@@ -1,0 +1,33 @@
+package processor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/processor"
+)
+
+// TestIdleSessionsDecideAlike runs a workload of 30 sessions as usual, then
+// again with every session turned into its snapshot after every batch and
+// restored for its next event, and requires the same verdicts and states: a
+// session restored from its snapshot decides as the live one would.
+func TestIdleSessionsDecideAlike(t *testing.T) {
+	w := genWorkload(30)
+	cfg := baseConfig()
+	run := func() outcome {
+		e := newEnv(t)
+		r := e.start(t, cfg)
+		e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
+		e.waitIdle(t, cfg, 90*time.Second)
+		require.NoError(t, r.stop(t))
+		return e.outcome(t, cfg)
+	}
+	began := time.Now()
+	ref := run()
+	t.Logf("reference: %d events in %s", len(w.Items), time.Since(began).Round(time.Millisecond))
+	restore := processor.IdleAfterEveryBatch()
+	defer restore()
+	requireSameOutcome(t, ref, run())
+}
