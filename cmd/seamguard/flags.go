@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/seamguard/seamguard/events"
 )
 
 // envName is the environment variable that sets a flag: SEAMGUARD_ and the
@@ -148,4 +149,17 @@ func (v durationValue) Set(s string) error {
 	}
 	*v.d = d
 	return nil
+}
+
+// checkSession is the usage error for a session id given on the command
+// line (as the flag named, or as an argument when flag is empty) that is
+// not one; an empty flag value means "every session" and passes.
+func checkSession(flag, id string) error {
+	switch {
+	case flag != "" && id == "", events.ValidSessionID(id):
+		return nil
+	case flag != "":
+		return fmt.Errorf("%w: %s %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, flag, id)
+	}
+	return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, id)
 }

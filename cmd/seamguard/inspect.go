@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/inspect"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
@@ -42,8 +41,8 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return fmt.Errorf("%w: inspect takes one session id", errUsage)
 	}
 	session := pos[0]
-	if !events.ValidSessionID(session) {
-		return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, session)
+	if err := checkSession("", session); err != nil {
+		return err
 	}
 	cfg, err := policyConfig(*policy)
 	if err != nil {

@@ -143,8 +143,8 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if len(pos) > 0 {
 		return fmt.Errorf("%w: watch takes no arguments; use --session and --kind", errUsage)
 	}
-	if *session != "" && !events.ValidSessionID(*session) {
-		return fmt.Errorf("%w: --session %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, *session)
+	if err := checkSession("--session", *session); err != nil {
+		return err
 	}
 	switch *kind {
 	case "", events.KindAllowed, events.KindRefused, events.KindSpilled, events.KindHalted, events.KindRejected, events.KindViolation:
@@ -263,8 +263,8 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return fmt.Errorf("%w: resume takes one session id", errUsage)
 	}
 	session := pos[0]
-	if !events.ValidSessionID(session) {
-		return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, session)
+	if err := checkSession("", session); err != nil {
+		return err
 	}
 	if strings.TrimSpace(*note) == "" {
 		return fmt.Errorf("%w: --note is required: say why the lost offsets are accepted (it is kept in the events stream)", errUsage)

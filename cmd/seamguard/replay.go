@@ -45,8 +45,8 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if len(pos) > 0 {
 		return fmt.Errorf("%w: replay takes no arguments; use --session", errUsage)
 	}
-	if *session != "" && !events.ValidSessionID(*session) {
-		return fmt.Errorf("%w: --session %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, *session)
+	if err := checkSession("--session", *session); err != nil {
+		return err
 	}
 	cfg, err := policyConfig(*policy)
 	if err != nil {
