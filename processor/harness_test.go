@@ -174,19 +174,31 @@ func (e *env) streamInfo(t *testing.T, name string) *jetstream.StreamInfo {
 // message of the events stream.
 func (e *env) waitIdle(t *testing.T, cfg processor.Config, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "the processor to handle every event", func() bool {
+	var last string // what the last look found, for the failure message
+	deadline := time.Now().Add(timeout)
+	for {
 		s, err := e.JS.Stream(e.ctx, cfg.Names().Events)
-		if err != nil {
-			return false
+		if err == nil {
+			var si *jetstream.StreamInfo
+			if si, err = s.Info(e.ctx); err == nil {
+				var info *jetstream.ConsumerInfo
+				if info, err = e.allConsumers(cfg); err == nil {
+					if info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= si.State.LastSeq {
+						return
+					}
+					last = fmt.Sprintf("stream last seq %d; consumers: %d pending, %d ack pending, %d redelivered, delivered up to %d, ack floor %d",
+						si.State.LastSeq, info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Stream, info.AckFloor.Stream)
+				}
+			}
 		}
-		si, err := s.Info(e.ctx)
 		if err != nil {
-			return false
+			last = "error: " + err.Error()
 		}
-		last := si.State.LastSeq
-		info, err := e.allConsumers(cfg)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= last
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for the processor to handle every event; last seen: %s", timeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // verdictMsg is one message of the verdict stream.
