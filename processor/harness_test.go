@@ -61,18 +61,29 @@ type running struct {
 
 func (e *env) start(t *testing.T, cfg processor.Config) *running {
 	t.Helper()
-	opts := []processor.Option{processor.WithClock(fixedNow)}
+	// The processor's warnings go to the test's output, which is shown when
+	// the test fails (or with -v); SEAMGUARD_TEST_LOG=debug (or info, error)
+	// sets another level.
+	level := slog.LevelWarn
 	if lv := os.Getenv("SEAMGUARD_TEST_LOG"); lv != "" {
-		// SEAMGUARD_TEST_LOG=debug (or info, warn) shows the processor's log.
-		var level slog.Level
 		require.NoError(t, level.UnmarshalText([]byte(lv)))
-		opts = append(opts, processor.WithLogger(slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))))
 	}
+	out := t.Output()
+	opts := []processor.Option{processor.WithClock(fixedNow),
+		processor.WithLogger(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})))}
 	p, err := processor.New(e.ctx, e.JS, cfg, opts...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &running{p: p, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- p.Run(ctx) }()
+	go func() {
+		err := p.Run(ctx)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			// Stopped on its own: say so now, since a test waiting for it
+			// to finish its work would only time out.
+			fmt.Fprintf(out, "processor instance stopped on its own: %v\n", err)
+		}
+		r.done <- err
+	}()
 	t.Cleanup(func() {
 		if !r.ended {
 			r.p.Abort()
