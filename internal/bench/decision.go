@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/seedref"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
@@ -57,7 +58,7 @@ func runDecision(ctx context.Context, sizes []int, each time.Duration) (*Decisio
 			return res, err
 		}
 		pt.ScanNs, err = timeIt(each, func() error {
-			if r := seedCheck(int64(req.SummarizerInput.Start), int64(req.TailStart), 12, prior, events.UnitTurns, events.UnitTurns); r != "" {
+			if r := seedref.Check(int64(req.SummarizerInput.Start), int64(req.TailStart), 12, prior, events.UnitTurns, events.UnitTurns); r != "" {
 				return fmt.Errorf("bench: the seed's check refused the benchmark's request: %s", r)
 			}
 			return nil

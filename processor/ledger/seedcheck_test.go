@@ -13,27 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/seedref"
 )
 
-// refCheck is the seed's reference check in Go: it returns "" when that check
-// would let the compaction run, and otherwise names the test that stops it.
-// Offsets are signed: the seed computes the floor's start as tail_start minus
-// the span and lets it go below zero.
-func refCheck(inputStart, tailStart, span int64, prior []events.Range, floorUnit, truncatorUnit events.Unit) string {
-	if floorUnit != truncatorUnit {
-		return fmt.Sprintf("unit: the floor counts %s, the truncator evicts %s", floorUnit, truncatorUnit)
-	}
-	floorStart := tailStart - span
-	if inputStart > floorStart {
-		return fmt.Sprintf("input-start: the summarizer's input starts at %d, after the floor's start %d", inputStart, floorStart)
-	}
-	for _, t := range prior {
-		if int64(t.End) > floorStart && int64(t.Start) < tailStart {
-			return fmt.Sprintf("prior truncation [%d, %d) meets the floor's reach [%d, %d)", t.Start, t.End, floorStart, tailStart)
-		}
-	}
-	return ""
-}
+// refCheck is the seed's reference check (package seedref): "" when it
+// lets the compaction run, else the test that stops it.
+var refCheck = seedref.Check
 
 // refCheckRequest maps a compaction request and the session it arrives in to
 // the reference check's inputs: summary_input_start is summarizer_input.start,

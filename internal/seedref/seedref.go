@@ -1,4 +1,4 @@
-package bench
+package seedref
 
 import (
 	"fmt"
@@ -6,13 +6,12 @@ import (
 	"github.com/seamguard/seamguard/events"
 )
 
-// seedCheck is a straightforward port of the reference check in the seed
-// document (shared/seed/unrecoverable-tail-invariant.md): it returns "" when
-// that check lets a compaction run, and otherwise names the test that stops
-// it. It keeps every prior truncation and scans them all on every request,
-// which is what item 4 compares the ledger's decision with. Offsets are
-// signed, as in the seed: the floor's start may go below zero.
-func seedCheck(inputStart, tailStart, span int64, prior []events.Range, floorUnit, truncatorUnit events.Unit) string {
+// Check returns "" when the seed's reference check lets a compaction run,
+// and otherwise names the test that stops it. It keeps every prior
+// truncation and scans them all on every request. Offsets are signed, as in
+// the seed: the floor's start is tail_start minus the span and may go below
+// zero.
+func Check(inputStart, tailStart, span int64, prior []events.Range, floorUnit, truncatorUnit events.Unit) string {
 	if floorUnit != truncatorUnit {
 		return fmt.Sprintf("unit: the floor counts %s, the truncator evicts %s", floorUnit, truncatorUnit)
 	}
