@@ -1,14 +1,9 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -19,48 +14,15 @@ import (
 	"github.com/seamguard/seamguard/internal/embedded"
 )
 
-// ChildEnv is the environment variable that makes a process started by
-// Config.Child serve an embedded nats-server on the directory it names
-// instead of doing its own work; see ServeChild.
-const ChildEnv = "SEAMGUARD_BENCH_SERVER_DIR"
-
 // ServerProfileEnv, when set in the environment of a run, makes each child
 // server write a CPU profile of itself to the file it names (each server
 // overwrites the last: use it with all but one measurement skipped).
 const ServerProfileEnv = "SEAMGUARD_BENCH_SERVER_CPUPROFILE"
 
-// ServeChild is what a child process calls first: when ChildEnv is set it
-// runs the embedded server on that directory, prints its URL on standard
-// output, serves until standard input closes, and returns true with the
-// exit code. Otherwise it returns false and does nothing.
-func ServeChild() (int, bool) {
-	dir := os.Getenv(ChildEnv)
-	if dir == "" {
-		return 0, false
-	}
-	if path := os.Getenv(ServerProfileEnv); path != "" {
-		f, err := os.Create(path)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1, true
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
-	s, err := embedded.Start(embedded.Config{StoreDir: dir})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1, true
-	}
-	fmt.Println(s.ClientURL())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	s.Shutdown()
-	s.WaitForShutdown()
-	return 0, true
-}
+// ServeChild is what a child process calls first: when it was started as a
+// child server it serves (see embedded.ServeChild) and returns true with the
+// exit code; otherwise it returns false and does nothing.
+func ServeChild() (int, bool) { return embedded.ServeChild() }
 
 // server is the broker one measurement runs against.
 type server struct {
@@ -172,51 +134,14 @@ func (s *server) close() {
 	s.stop()
 }
 
-// startChild runs argv with ChildEnv set to dir and reads the server URL
-// it prints. stop closes its standard input and waits for it to exit.
+// startChild runs argv as a child server on dir, passing ServerProfileEnv
+// on as the child's profile file.
 func startChild(argv []string, dir string) (string, int, func(), error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), ChildEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", 0, nil, fmt.Errorf("bench: child server: %w", err)
+	var env []string
+	if path := os.Getenv(ServerProfileEnv); path != "" {
+		env = append(env, embedded.ChildProfileEnv+"="+path)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", 0, nil, fmt.Errorf("bench: child server: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return "", 0, nil, fmt.Errorf("bench: start child server %s: %w", argv[0], err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	urls := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		urls <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case url := <-urls:
-		if url == "" {
-			stop()
-			return "", 0, nil, errors.New("bench: the child server failed to start (see its error above)")
-		}
-		return url, cmd.Process.Pid, stop, nil
-	case <-time.After(30 * time.Second):
-		stop()
-		return "", 0, nil, errors.New("bench: the child server printed no URL within 30s")
-	}
+	return embedded.StartChild(argv, dir, env...)
 }
 
 // waitCtx sleeps d or until ctx ends.
