@@ -41,17 +41,7 @@ func TestServeMetrics(t *testing.T) {
 		done <- run(ctx, []string{"serve", "--nats-url", srv.Server.ClientURL(), "--health-listen", "127.0.0.1:0",
 			"--log-format", "json", "--lag-interval", "200ms"}, strings.NewReader(""), &out, &errb)
 	}()
-	var base string
-	require.Eventually(t, func() bool {
-		for _, l := range strings.Split(errb.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "health endpoints" {
-				base = strings.TrimSuffix(m["metrics"].(string), "/metrics")
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 20*time.Millisecond)
+	base := healthBase(t, &errb)
 
 	lines := readLines(t, filepath.Join(storiesDir, "seed-story.jsonl"))
 	publishLines(t, srv.JS, lines)

@@ -356,17 +356,7 @@ func TestServeHealth(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"serve", "--nats-url", srv.Server.ClientURL(), "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), &out, &errb)
 	}()
-	var url string
-	require.Eventually(t, func() bool {
-		for _, l := range strings.Split(errb.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "health endpoints" {
-				url = strings.TrimSuffix(m["url"].(string), "/healthz")
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 20*time.Millisecond)
+	url := healthBase(t, &errb)
 	get := func(path string) int {
 		resp, err := http.Get(url + path)
 		if err != nil {
@@ -413,4 +403,22 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// healthBase waits for serve's JSON log line that names its health
+// endpoints and returns their base URL (http://HOST:PORT).
+func healthBase(t *testing.T, log *lockedBuffer) string {
+	t.Helper()
+	var base string
+	require.Eventually(t, func() bool {
+		for _, l := range strings.Split(log.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "health endpoints" {
+				base = strings.TrimSuffix(m["url"].(string), "/healthz")
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+	return base
 }
