@@ -6,14 +6,13 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/heapwatch"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,34 +68,13 @@ func spillBig(t *testing.T, h *harness, assertBudget bool) {
 	t.Logf("published %d turns of %d KiB in %s", turns, content>>10, time.Since(start).Round(time.Millisecond))
 
 	runtime.GC()
-	base := heapInUse()
-	var peak atomic.Uint64
-	peak.Store(base)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if v := heapInUse(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	})
-	start = time.Now()
-	hd, err := h.store.Write(ctx, req)
-	took := time.Since(start)
-	close(stop)
-	wg.Wait()
+	var hd events.SpillHandle
+	var err error
+	base, peak, took := heapwatch.Peak(func() { hd, err = h.store.Write(ctx, req) })
 	require.NoError(t, err)
-	growth := int64(peak.Load()) - int64(base)
+	growth := int64(peak) - int64(base)
 	t.Logf("spilled %d events, %.1f MB in %s (with Verify); heap in use: baseline %.1f MB, peak %.1f MB, growth %.1f MB (budget %d MB)",
-		hd.Events, mb(hd.Size), took.Round(time.Millisecond), mb(base), mb(peak.Load()), float64(growth)/(1<<20), budget>>20)
+		hd.Events, mb(hd.Size), took.Round(time.Millisecond), mb(base), mb(peak), float64(growth)/(1<<20), budget>>20)
 	if assertBudget {
 		assert.Less(t, growth, int64(budget), "peak heap growth during Write")
 	}
@@ -124,21 +102,6 @@ func chunkSize(info *jetstream.ObjectInfo) uint64 {
 }
 
 func mb(n uint64) float64 { return float64(n) / (1 << 20) }
-
-var heapSamples = []metrics.Sample{
-	{Name: "/memory/classes/heap/objects:bytes"},
-	{Name: "/memory/classes/heap/unused:bytes"},
-}
-
-var heapMu sync.Mutex
-
-// heapInUse is runtime.MemStats.HeapInuse, read without stopping the world.
-func heapInUse() uint64 {
-	heapMu.Lock()
-	defer heapMu.Unlock()
-	metrics.Read(heapSamples)
-	return heapSamples[0].Value.Uint64() + heapSamples[1].Value.Uint64()
-}
 
 // discard counts bytes and drops them.
 type discard struct{ n uint64 }

@@ -7,15 +7,14 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/seamguard/seamguard/internal/heapwatch"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -69,7 +68,7 @@ func runSessions(ctx context.Context, s *server, n, turns int, heapProfile strin
 		return nil, err
 	}
 	res.RSSBase, _ = settledMemory()
-	heapBase := heapInUse()
+	heapBase := heapwatch.InUse()
 
 	g := newGen(cfg.Subjects(), Seed+2)
 	const stages = 10
@@ -139,7 +138,7 @@ func runSessions(ctx context.Context, s *server, n, turns int, heapProfile strin
 	}
 	res.SnapshotBytes = float64(info.State.Bytes) / float64(n)
 	res.RSSAfter, res.RSSPeak = settledMemory()
-	res.HeapPerSession = (float64(heapInUse()) - float64(heapBase)) / float64(n)
+	res.HeapPerSession = (float64(heapwatch.InUse()) - float64(heapBase)) / float64(n)
 	res.RSSPerSession = (float64(res.RSSAfter) - float64(res.RSSBase)) / float64(n)
 	if heapProfile != "" {
 		if err := writeHeapProfile(heapProfile); err != nil {
@@ -198,19 +197,4 @@ func settledMemory() (rss, hwm uint64) {
 		}
 	}
 	return rss, hwm
-}
-
-var heapSamples = []metrics.Sample{
-	{Name: "/memory/classes/heap/objects:bytes"},
-	{Name: "/memory/classes/heap/unused:bytes"},
-}
-
-var heapMu sync.Mutex
-
-// heapInUse is runtime.MemStats.HeapInuse, read without stopping the world.
-func heapInUse() uint64 {
-	heapMu.Lock()
-	defer heapMu.Unlock()
-	metrics.Read(heapSamples)
-	return heapSamples[0].Value.Uint64() + heapSamples[1].Value.Uint64()
 }

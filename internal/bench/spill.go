@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/heapwatch"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/spill"
@@ -128,31 +127,10 @@ func rawPut(ctx context.Context, obs jetstream.ObjectStore, path string) (time.D
 // result, how long it took and the peak growth over the heap before it.
 func sampled(f func() (events.SpillHandle, error)) (events.SpillHandle, time.Duration, uint64, error) {
 	settledMemory()
-	base := heapInUse()
-	var peak atomic.Uint64
-	peak.Store(base)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if v := heapInUse(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	})
-	start := time.Now()
-	h, err := f()
-	took := time.Since(start)
-	close(stop)
-	wg.Wait()
-	return h, took, peak.Load() - base, err
+	var h events.SpillHandle
+	var err error
+	base, peak, took := heapwatch.Peak(func() { h, err = f() })
+	return h, took, peak - base, err
 }
 
 // publishTranscript publishes a session of 8 KiB turns until size bytes
