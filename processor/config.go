@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
@@ -97,6 +99,10 @@ type Config struct {
 	// digest.
 	SpillVerify bool
 }
+
+// WithDefaults returns c with every zero field set to its default, as a
+// Processor runs it.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
@@ -205,6 +211,31 @@ func (c Config) ConsumerName(p int) string {
 		return d + "-invalid"
 	}
 	return fmt.Sprintf("%s-p%d", d, p)
+}
+
+// ConsumerConfig is the configuration of the durable consumer of partition
+// p (p < 0: the consumer of events whose subject names no session) on the
+// events stream, as Run creates it. Unset fields of c take their defaults.
+func (c Config) ConsumerConfig(p int) jetstream.ConsumerConfig {
+	c = c.withDefaults()
+	subj := c.Subjects()
+	filter := subj.PartitionFilter(p)
+	if p < 0 {
+		filter = subj.Prefix + ".events.>" // what the transform leaves: no session
+	}
+	return jetstream.ConsumerConfig{
+		Durable:        c.ConsumerName(p),
+		Description:    "seamguard processor",
+		FilterSubject:  filter,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxAckPending:  c.MaxAckPending,
+		MaxDeliver:     -1,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{c.Durable},
+		PinnedTTL:      c.PinnedTTL,
+	}
 }
 
 // Names are the JetStream resources of one deployment.

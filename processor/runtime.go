@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -109,23 +108,7 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	consumers := make([]jetstream.Consumer, 0, p.cfg.Partitions+1)
 	for part := -1; part < p.cfg.Partitions; part++ {
-		filter := p.subj.PartitionFilter(part)
-		if part < 0 {
-			filter = p.subj.Prefix + ".events.>" // what the transform leaves: no session
-		}
-		cons, err := p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, jetstream.ConsumerConfig{
-			Durable:        p.cfg.ConsumerName(part),
-			Description:    "seamguard processor",
-			FilterSubject:  filter,
-			AckPolicy:      jetstream.AckExplicitPolicy,
-			AckWait:        p.cfg.AckWait,
-			MaxAckPending:  p.cfg.MaxAckPending,
-			MaxDeliver:     -1,
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
-			PriorityPolicy: jetstream.PriorityPolicyPinned,
-			PriorityGroups: []string{p.cfg.Durable},
-			PinnedTTL:      p.cfg.PinnedTTL,
-		})
+		cons, err := p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, p.cfg.ConsumerConfig(part))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // asked to stop before it began: nothing to drain
@@ -349,10 +332,14 @@ func (p *Processor) Abort() {
 	}
 }
 
+// shardOf is FNV-32a of the subject modulo n.
 func shardOf(subject string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(subject))
-	return int(h.Sum32() % uint32(n))
+	h := uint32(2166136261)
+	for i := 0; i < len(subject); i++ {
+		h ^= uint32(subject[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }
 
 // session is a shard's cached state of one session.

@@ -49,7 +49,12 @@ func TestBenchQuick(t *testing.T) {
 	for _, in := range rep.Ingest {
 		require.Positive(t, in.RawPerSec)
 		require.Positive(t, in.SeamguardPerSec)
+		require.Positive(t, in.LayoutPerSec)
 		require.InDelta(t, in.SeamguardPerSec/in.RawPerSec, in.Ratio, 1e-9)
+		require.InDelta(t, in.LayoutPerSec/in.RawPerSec, in.LayoutRatio, 1e-9)
+		require.Len(t, in.SeamguardRounds, in.Rounds)
+		require.Len(t, in.LayoutRounds, in.Rounds)
+		require.Len(t, in.RawRounds, in.Rounds)
 		require.Positive(t, in.Requests, "the workload holds compaction requests")
 	}
 	require.NotNil(t, rep.Latency)

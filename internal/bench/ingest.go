@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,25 +19,43 @@ import (
 	"github.com/seamguard/seamguard/processor"
 )
 
-// IngestResult compares the processor with a plain durable pull consumer on
+// IngestResult compares the processor with plain durable pull consumers on
 // the same events, each read from a file-backed stream that already holds
-// them all.
+// them all. Each side is measured Rounds times, interleaved, and its median
+// is reported: the machines are shared, and a single pass of a second or two
+// swings by a fifth from one run to the next.
 type IngestResult struct {
-	BodyBytes        int     `json:"body_bytes"`
-	Events           int     `json:"events"`
-	Sessions         int     `json:"sessions"`
-	Requests         int     `json:"requests"` // compaction requests among them, each allowed
-	PublishPerSec    float64 `json:"publish_per_sec"`
-	RawSeconds       float64 `json:"raw_seconds"`
-	RawPerSec        float64 `json:"raw_per_sec"`
-	SeamguardSeconds float64 `json:"seamguard_seconds"`
-	SeamguardPerSec  float64 `json:"seamguard_per_sec"`
-	Ratio            float64 `json:"ratio"`
-	RawUsage         Usage   `json:"raw_usage"`
-	SeamguardUsage   Usage   `json:"seamguard_usage"`
+	BodyBytes     int     `json:"body_bytes"`
+	Events        int     `json:"events"`
+	Sessions      int     `json:"sessions"`
+	Requests      int     `json:"requests"` // compaction requests among them, each allowed
+	PublishPerSec float64 `json:"publish_per_sec"`
+	Rounds        int     `json:"rounds"`
+	// Raw reads the events with one durable pull consumer on a stream of
+	// their own, acknowledging each: the issue's reference.
+	RawPerSec float64 `json:"raw_per_sec"`
+	// Layout reads the processor's events stream through consumers laid
+	// out as the processor's are (one per partition plus one for subjects
+	// without a session, filtered, in a pinned priority group), fetching
+	// as the processor does and acknowledging each message, with no
+	// processing: what the broker costs for that layout.
+	LayoutPerSec    float64 `json:"layout_per_sec"`
+	SeamguardPerSec float64 `json:"seamguard_per_sec"`
+	Ratio           float64 `json:"ratio"`        // seamguard / raw
+	LayoutRatio     float64 `json:"layout_ratio"` // layout / raw
+	// Per round: events/s and CPU of each side.
+	RawRounds       []Round `json:"raw_rounds"`
+	LayoutRounds    []Round `json:"layout_rounds"`
+	SeamguardRounds []Round `json:"seamguard_rounds"`
 	// Snapshot writes per input: one per session touched by a batch.
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
 	CaughtUp       uint64  `json:"caught_up"` // inputs read from the stream ahead of their delivery
+}
+
+// Round is one measurement of one side of the ingest comparison.
+type Round struct {
+	PerSec float64 `json:"per_sec"`
+	Usage  Usage   `json:"usage"`
 }
 
 // benchProcessorConfig is the processor's configuration in every
@@ -43,8 +64,23 @@ func benchProcessorConfig(prefix string) processor.Config {
 	return processor.Config{Prefix: prefix, Source: "urn:seamguard:bench", SpillVerify: true}
 }
 
-func runIngest(ctx context.Context, s *server, tag string, body, n, sessions int, progress func(string, ...any)) (IngestResult, error) {
-	res := IngestResult{BodyBytes: body, Events: n, Sessions: sessions}
+func median(rs []Round) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.PerSec
+	}
+	slices.Sort(v)
+	if len(v) == 0 {
+		return 0
+	}
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, rounds int, progress func(string, ...any)) (IngestResult, error) {
+	res := IngestResult{BodyBytes: body, Events: n, Sessions: sessions, Rounds: rounds}
 	prefix := "bench" + tag
 	cfg := benchProcessorConfig(prefix)
 	msgs := ingestEvents(cfg.Subjects(), "s", sessions, n, body)
@@ -75,81 +111,112 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions int
 	res.PublishPerSec = float64(n) / time.Since(start).Seconds()
 
 	defer dropResources(context.WithoutCancel(ctx), s.js, cfg)
-	if err := createConsumers(ctx, s.js, cfg); err != nil {
-		return res, err
-	}
-	p, err := processor.New(ctx, s.js, cfg, procOpts()...)
-	if err != nil {
+	if _, err := processor.Provision(ctx, s.js, cfg); err != nil {
 		return res, err
 	}
 	if _, err := publishAll(ctx, s.js, msgs, 4096); err != nil {
 		return res, err
 	}
 
-	progress("ingest %d KiB: raw pull consumer", body>>10)
-	m := s.meter()
-	d, err := consumeRaw(ctx, s.js, rawStream, n, processor.DefaultShards*processor.DefaultQueueDepth)
-	if err != nil {
-		return res, err
-	}
-	res.RawUsage = m.stop()
-	res.RawSeconds, res.RawPerSec = d.Seconds(), float64(n)/d.Seconds()
+	maxAck := processor.DefaultShards * processor.DefaultQueueDepth
+	for r := range rounds {
+		progress("ingest %d KiB, round %d of %d: raw pull consumer", body>>10, r+1, rounds)
+		m := s.meter()
+		d, err := consumeRaw(ctx, s.js, rawStream, fmt.Sprintf("raw-%d", r), n, maxAck)
+		if err != nil {
+			return res, err
+		}
+		res.RawRounds = append(res.RawRounds, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
 
-	progress("ingest %d KiB: seamguard processor", body>>10)
-	m = s.meter()
-	d, err = process(ctx, s.js, p, uint64(n))
-	if err != nil {
-		return res, err
-	}
-	res.SeamguardUsage = m.stop()
-	res.SeamguardSeconds, res.SeamguardPerSec = d.Seconds(), float64(n)/d.Seconds()
-	res.Ratio = res.SeamguardPerSec / res.RawPerSec
-	res.CaughtUp = p.Stats().CaughtUp
-	kv, err := s.js.Stream(ctx, "KV_"+cfg.Names().Sessions)
-	if err != nil {
-		return res, err
-	}
-	res.WritesPerEvent = float64(kv.CachedInfo().State.LastSeq) / float64(n)
+		progress("ingest %d KiB, round %d of %d: the processor's consumer layout, no processing", body>>10, r+1, rounds)
+		lcfg := cfg
+		lcfg.Durable = fmt.Sprintf("layout%d", r)
+		m = s.meter()
+		d, err = consumeLayout(ctx, s.js, lcfg, n)
+		if err != nil {
+			return res, err
+		}
+		res.LayoutRounds = append(res.LayoutRounds, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
 
-	// What it decided: every request allowed, nothing else.
-	vs, err := s.js.Stream(ctx, cfg.Names().Verdicts)
-	if err != nil {
-		return res, err
+		progress("ingest %d KiB, round %d of %d: seamguard processor", body>>10, r+1, rounds)
+		pcfg := cfg
+		pcfg.Durable = fmt.Sprintf("seamguard%d", r)
+		if err := freshState(ctx, s.js, pcfg); err != nil {
+			return res, err
+		}
+		if err := createConsumers(ctx, s.js, pcfg); err != nil {
+			return res, err
+		}
+		p, err := processor.New(ctx, s.js, pcfg, procOpts()...)
+		if err != nil {
+			return res, err
+		}
+		m = s.meter()
+		d, err = process(ctx, s.js, p, uint64(n))
+		if err != nil {
+			return res, err
+		}
+		res.SeamguardRounds = append(res.SeamguardRounds, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
+		res.CaughtUp += p.Stats().CaughtUp
+		if err := checkIngest(ctx, s.js, pcfg, &res); err != nil {
+			return res, err
+		}
 	}
-	info, err := vs.Info(ctx, jetstream.WithSubjectFilter(prefix+".verdicts.*.allowed"))
+	res.RawPerSec, res.LayoutPerSec, res.SeamguardPerSec = median(res.RawRounds), median(res.LayoutRounds), median(res.SeamguardRounds)
+	res.Ratio, res.LayoutRatio = ratio(res.SeamguardPerSec, res.RawPerSec), ratio(res.LayoutPerSec, res.RawPerSec)
+	return res, nil
+}
+
+// freshState deletes the snapshots bucket and the verdict stream of cfg, so
+// that a processor with new consumers starts from nothing, and provisions
+// them again.
+func freshState(ctx context.Context, js jetstream.JetStream, cfg processor.Config) error {
+	n := cfg.Names()
+	for _, st := range []string{n.Verdicts, "KV_" + n.Sessions} {
+		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("bench: delete %s: %w", st, err)
+		}
+	}
+	_, err := processor.Provision(ctx, js, cfg)
+	return err
+}
+
+// checkIngest checks what the processor decided (every request allowed,
+// nothing else) and records the snapshot writes per event.
+func checkIngest(ctx context.Context, js jetstream.JetStream, cfg processor.Config, res *IngestResult) error {
+	kv, err := js.Stream(ctx, "KV_"+cfg.Names().Sessions)
 	if err != nil {
-		return res, err
+		return err
+	}
+	res.WritesPerEvent = float64(kv.CachedInfo().State.LastSeq) / float64(res.Events)
+	vs, err := js.Stream(ctx, cfg.Names().Verdicts)
+	if err != nil {
+		return err
+	}
+	info, err := vs.Info(ctx, jetstream.WithSubjectFilter(cfg.Subjects().VerdictsWildcard("allowed")))
+	if err != nil {
+		return err
 	}
 	var allowed uint64
 	for _, c := range info.State.Subjects {
 		allowed += c
 	}
 	if info.State.Msgs != uint64(res.Requests) || allowed != uint64(res.Requests) {
-		return res, fmt.Errorf("bench: the processor published %d verdicts, %d of them allowed; the workload holds %d requests, all healthy", info.State.Msgs, allowed, res.Requests)
+		return fmt.Errorf("bench: the processor published %d verdicts, %d of them allowed; the workload holds %d requests, all healthy", info.State.Msgs, allowed, res.Requests)
 	}
-	return res, nil
+	return nil
 }
 
-// createConsumers runs a processor of cfg until its consumers exist, then
-// drains it, so that a measurement does not count their creation.
+// createConsumers creates the consumers a processor of cfg reads, so that
+// a measurement does not count their creation.
 func createConsumers(ctx context.Context, js jetstream.JetStream, cfg processor.Config) error {
-	p, err := processor.New(ctx, js, cfg, procOpts()...)
-	if err != nil {
-		return err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(rctx) }()
-	for p.Ready() != nil {
-		select {
-		case err := <-done:
-			cancel()
-			return fmt.Errorf("bench: processor stopped while starting: %w", err)
-		case <-time.After(5 * time.Millisecond):
+	cfg = cfg.WithDefaults()
+	for part := -1; part < cfg.Partitions; part++ {
+		if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(part)); err != nil {
+			return fmt.Errorf("bench: consumer %s: %w", cfg.ConsumerName(part), err)
 		}
 	}
-	cancel()
-	return <-done
+	return nil
 }
 
 // process runs p until it has handled want inputs and acknowledged every
@@ -229,12 +296,12 @@ func ackPending(ctx context.Context, js jetstream.JetStream, cfg processor.Confi
 	return n, nil
 }
 
-// consumeRaw reads n messages from stream with one durable pull consumer,
+// consumeRaw reads n messages from stream with the durable pull consumer durable,
 // fetching in batches and acknowledging each message, and returns how long
 // that took until the server held no ack pending.
-func consumeRaw(ctx context.Context, js jetstream.JetStream, stream string, n, maxAckPending int) (time.Duration, error) {
+func consumeRaw(ctx context.Context, js jetstream.JetStream, stream, durable string, n, maxAckPending int) (time.Duration, error) {
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: maxAckPending,
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: maxAckPending,
 		AckWait: time.Minute, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -281,5 +348,83 @@ func dropResources(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 	n := cfg.Names()
 	for _, s := range []string{n.Events, n.Verdicts, "KV_" + n.Sessions, "OBJ_" + n.Spills} {
 		_ = js.DeleteStream(ctx, s)
+	}
+}
+
+// consumeLayout reads cfg's events stream through consumers laid out as the
+// processor lays out its own (see IngestResult.Layout), until n messages
+// are acknowledged, and returns how long that took. The consumers are
+// created before the clock starts and deleted after.
+func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Config, n int) (time.Duration, error) {
+	cfg = cfg.WithDefaults()
+	var conss []jetstream.Consumer
+	defer func() {
+		for _, c := range conss {
+			_ = js.DeleteConsumer(context.WithoutCancel(ctx), cfg.Names().Events, c.CachedInfo().Name)
+		}
+	}()
+	for part := -1; part < cfg.Partitions; part++ {
+		c, err := js.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(part))
+		if err != nil {
+			return 0, err
+		}
+		conss = append(conss, c)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got atomic.Int64
+	errs := make(chan error, len(conss))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, c := range conss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for got.Load() < int64(n) && rctx.Err() == nil {
+				batch, err := c.Fetch(cfg.MaxBatch*2, jetstream.FetchMaxWait(100*time.Millisecond), jetstream.FetchPriorityGroup(cfg.Durable))
+				if err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+				for m := range batch.Messages() {
+					if err := m.Ack(); err != nil {
+						errs <- err
+						cancel()
+						return
+					}
+					got.Add(1)
+				}
+				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, fmt.Errorf("bench: layout consumers: %w", err)
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	for {
+		pending := 0
+		for _, c := range conss {
+			info, err := c.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			pending += info.NumAckPending + int(info.NumPending)
+		}
+		if pending == 0 {
+			return time.Since(start), nil
+		}
+		if err := waitCtx(ctx, 2*time.Millisecond); err != nil {
+			return 0, err
+		}
 	}
 }
