@@ -194,7 +194,8 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 		return err
 	}
 	dispatch := func(msg jetstream.Msg) {
-		if meta, err := msg.Metadata(); err == nil {
+		meta, merr := msg.Metadata()
+		if merr == nil {
 			if meta.Sequence.Consumer != lastDelivery+1 {
 				h := max(p.delivered(hard, cons), meta.Sequence.Stream)
 				if lastDelivery != 0 {
@@ -207,7 +208,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 		}
 		s := shards[shardOf(msg.Subject(), len(shards))]
 		select {
-		case s.q <- delivery{msg: msg, horizon: horizon, at: time.Now()}:
+		case s.q <- delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now()}:
 		case <-hard.Done():
 		}
 	}
@@ -396,6 +397,8 @@ func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
 // force when it arrived.
 type delivery struct {
 	msg     jetstream.Msg
+	meta    *jetstream.MsgMetadata // parsed once, on receipt
+	metaErr error
 	horizon uint64
 	at      time.Time // when it was received, for the decision latency
 }
@@ -512,7 +515,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	}
 	for _, d := range batch {
 		m, first := d.msg, len(pubs)
-		meta, err := m.Metadata()
+		meta, err := d.meta, d.metaErr
 		if err != nil {
 			p.log.Error("message without JetStream metadata", "subject", m.Subject(), "err", err)
 			acks = append(acks, ack{msg: m, term: "seamguard: no JetStream metadata"})

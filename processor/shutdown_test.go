@@ -16,9 +16,10 @@ import (
 func TestGracefulShutdownAcksWhatItFetched(t *testing.T) {
 	e := newEnv(t)
 	cfg := baseConfig()
-	w := genWorkload(50)
 	// Everything is in the stream before the processor starts, so that it
-	// is busy from its first fetch on.
+	// is busy from its first fetch on, and there is far more of it than
+	// the 50 verdicts waited for, so that it is still busy when cancelled.
+	w := genWorkload(200)
 	_, err := processor.Provision(e.ctx, e.JS, cfg)
 	require.NoError(t, err)
 	e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
