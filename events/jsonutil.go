@@ -277,6 +277,13 @@ func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); {
+		// A run of bytes that stand for themselves goes in at once.
+		if j := plainASCII(s, i); j > i {
+			b = append(b, s[i:j]...)
+			if i = j; i == len(s) {
+				break
+			}
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -308,6 +315,18 @@ func appendString(b []byte, s string) []byte {
 		i += size
 	}
 	return append(b, '"')
+}
+
+// plainASCII returns the index of the first byte at or after i that
+// appendString does not copy as it is: a control, DEL, a quote, a backslash,
+// or a byte of a multi-byte character.
+func plainASCII(s string, i int) int {
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return i
 }
 
 func jsonString(s string) json.RawMessage {
