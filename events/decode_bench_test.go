@@ -58,6 +58,24 @@ func BenchmarkDecodeMsg(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeMsgOwned decodes a binary-mode turn as the processor
+// does: it hands the header over, so that it is not copied.
+func BenchmarkDecodeMsgOwned(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, sz := range benchSizes {
+		body, hdr := benchTurn(sz.size), benchHeader(TypeTurnAppended)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeMsgOwned(subject, hdr, body, benchSubjects); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkDecodeMsgTypes decodes a binary-mode event of every other type.
 func BenchmarkDecodeMsgTypes(b *testing.B) {
 	subject := benchSubjects.Events("s1")

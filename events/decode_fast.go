@@ -74,10 +74,27 @@ func (e *fastEnv) addExt(name string, val json.RawMessage) bool {
 // coreAttrIndex returns the index of the core attribute named name, ignoring
 // ASCII case, or -1.
 func coreAttrIndex(name string) int {
-	for i, n := range coreAttrNames {
-		if asciiEqualFold(name, n) {
-			return i
+	var i int
+	switch len(name) {
+	case 2:
+		i = attrID
+	case 4:
+		if i = attrType; name[1]|0x20 == 'i' {
+			i = attrTime
 		}
+	case 6:
+		i = attrSource
+	case 7:
+		i = attrSubject
+	case 11:
+		i = attrSpecversion
+	case 15:
+		i = attrDataContentType
+	default:
+		return -1
+	}
+	if asciiEqualFold(name, coreAttrNames[i]) {
+		return i
 	}
 	return -1
 }
@@ -167,7 +184,7 @@ func decodeMsgFast(subject string, header map[string][]string, body []byte, subj
 		return nil
 	}
 	binary := env.has(attrSpecversion)
-	if hasCT && mediaType(ct) == ContentTypeCloudEventsJSON {
+	if hasCT && isMediaType(ct, ContentTypeCloudEventsJSON) {
 		binary = false
 	}
 	if binary {
@@ -211,6 +228,12 @@ func decodeJSONFast(line []byte) *Event {
 	return env.event("", false)
 }
 
+// isMediaType reports whether mediaType(ct) is want, a lower-case media
+// type without parameters, sparing the work when ct is want exactly.
+func isMediaType(ct, want string) bool {
+	return ct == want || mediaType(ct) == want
+}
+
 // fastSessionOf is sessionOf for subjects it accepts, without allocating.
 func (s Subjects) fastSessionOf(natsSubject string) (string, bool) {
 	rest, ok := strings.CutPrefix(natsSubject, s.prefix())
@@ -233,7 +256,11 @@ func (s Subjects) fastSessionOf(natsSubject string) (string, bool) {
 // given twice, null or non-string core attributes, data_base64, and
 // extensions that are null, objects or arrays.
 func fastStructured(body []byte, env *fastEnv) bool {
-	if !utf8.Valid(body) || !validJSON(body) {
+	if !utf8.Valid(body) {
+		return false
+	}
+	valid, spaced := scanJSON(body)
+	if !valid {
 		return false
 	}
 	var o fastObj
@@ -247,6 +274,10 @@ func fastStructured(body []byte, env *fastEnv) bool {
 		name, val := o.names[k], o.vals[k]
 		switch string(name) {
 		case "data":
+			if !spaced { // what compact returns for compact JSON
+				env.data = bytes.Clone(val)
+				continue
+			}
 			data, err := compact(val)
 			if err != nil {
 				return false
@@ -343,7 +374,7 @@ func (e *fastEnv) event(token string, checkSubject bool) *Event {
 		ev.Time = t
 	}
 	if e.has(attrDataContentType) {
-		if mediaType(e.attr[attrDataContentType]) != ContentTypeJSON {
+		if !isMediaType(e.attr[attrDataContentType], ContentTypeJSON) {
 			return nil
 		}
 		ev.DataContentType = e.attr[attrDataContentType]

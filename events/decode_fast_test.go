@@ -138,7 +138,12 @@ func mutateData(data string) []string {
 		}
 		return "{" + strings.Join(parts, ",") + "}"
 	}
-	out := []string{data, render(o, `"x":{"y":[1,"z",null]}`), render(o, `"x":null`), " \n" + data + "\t ",
+	var many []string
+	for i := range 20 {
+		many = append(many, fmt.Sprintf(`"x%d":%d`, i, i))
+	}
+	out := []string{data, render(o, `"x":{"y":[1,"z",null]}`), render(o, strings.Join(many[:16-len(o)], ",")),
+		render(o, strings.Join(many[:17-len(o)], ",")), render(o, strings.Join(many, ",")), render(o, `"x":null`), " \n" + data + "\t ",
 		strings.ReplaceAll(data, ":", " : "), strings.ReplaceAll(data, ",", ", ")}
 	for _, name := range names {
 		for _, v := range dataMutations {
@@ -224,8 +229,10 @@ func fastSlowInputs(t testing.TB) []fastSlowMsg {
 		{"ce-data": {"{}"}}, {"ce-data_base64": {"e30="}}, {"ce-": {"x"}}, {"ce-Foo_Bar": {"x"}}, {"ce-ß": {"x"}},
 		{"Ce-\u0130d": {"x"}}, {"Ce-\u212aind": {"x"}}, {"Ce-Partitionkey": {"s1"}}, {"Ce-Partitionkey": {"s2"}},
 		{"Ce-Partitionkey": {"s%31"}}, {"ce-partitionkey": {"s1"}, "Ce-PartitionKey": {"s1"}}, {"Ce-Traceparent": {"00-abc-01"}},
-		{"Ce-Attempt": {"2"}}, {"Ce-Dataschema": {"urn:x"}}, {"Content-Type": {"text/plain"}}, {"Content-Type": nil},
+		{"Ce-Traceparent": {"a"}, "ce-traceparent": {"b"}}, {"Ce-Traceparent": {"a"}, "ce-traceparent": {"a"}}, {"Ce-Attempt": {"2"}}, {"Ce-Dataschema": {"urn:x"}}, {"Content-Type": {"text/plain"}}, {"Content-Type": nil},
 		{"Content-Type": {"application/json", "application/json"}}, {"content-type": {"application/json"}},
+		{"content-type": {"text/plain"}}, {"content-type": {"application/json; charset=utf-8"}},
+		{"Content-Type": {"application/json; charset=\xff"}}, {"Content-Type": {"application/json; x=\"\n\""}},
 		{"Content-Type": {"Application/CloudEvents+JSON"}}, {"Content-Type": {"application/json\xff"}},
 		{"Content-Type": {" application/json ; x=1"}}, {"Ce-Datacontenttype": {"application/json"}, "Content-Type": {"text/plain"}},
 		{"Ce-Specversion": nil}, {"Nats-Msg-Id": nil, "X": {"%zz"}}, {"Nats-Pin-Id": {"p"}}, {"ce-type": {TypeSessionClosed}},
