@@ -326,7 +326,10 @@ func TestDecodeFastPathTaken(t *testing.T) {
 // FuzzDecodeFastSlow holds the fast path to the general decoder on any
 // input. Run it with, for example,
 //
-//	go test ./events -run XXX -fuzz FuzzDecodeFastSlow -fuzztime 2m -parallel 1
+//	go test ./events -run XXX -fuzz FuzzDecodeFastSlow -fuzztime 2m -fuzzminimizetime 3s -parallel 1
+//
+// (with one worker, the default minimization of up to a minute per new
+// input stops the fuzzing meanwhile).
 func FuzzDecodeFastSlow(f *testing.F) {
 	headerText := func(h map[string][]string) string {
 		var lines []string
