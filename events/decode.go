@@ -43,19 +43,21 @@ var inputTypes = map[string]bool{
 // everything else, and every failure, takes the general decoder. Both give
 // the same result for every input.
 func DecodeMsg(subject string, header map[string][]string, body []byte, subjects Subjects) (*Event, error) {
-	if ev := decodeMsgFast(subject, header, body, subjects); ev != nil {
+	if ev := decodeMsgFast(subject, header, body, subjects, false); ev != nil {
 		ev.Meta = Meta{Subject: subject, Headers: copyHeaderPacked(header)}
 		return ev, nil
 	}
 	return decodeMsgSlow(subject, header, body, subjects)
 }
 
-// DecodeMsgOwned is DecodeMsg for a caller that hands header over: the
-// event's Meta.Headers is header itself (nil when header is empty), not a
-// copy, so the caller must not change header afterwards. The result is
-// otherwise the same as DecodeMsg's; body is not retained.
+// DecodeMsgOwned is DecodeMsg for a caller that hands header and body over,
+// such as the consumer of a NATS delivery, whose header and data are its
+// own: the event's Meta.Headers is header itself (nil when header is
+// empty), and its Data may be body itself or a part of it, not copies. The
+// caller must change neither afterwards; the result is otherwise the same
+// as DecodeMsg's.
 func DecodeMsgOwned(subject string, header map[string][]string, body []byte, subjects Subjects) (*Event, error) {
-	if ev := decodeMsgFast(subject, header, body, subjects); ev != nil {
+	if ev := decodeMsgFast(subject, header, body, subjects, true); ev != nil {
 		if len(header) == 0 {
 			header = nil
 		}

@@ -177,7 +177,9 @@ func fastHeaders(h map[string][]string, env *fastEnv) (ct string, hasCT, ce, ok 
 }
 
 // decodeMsgFast is DecodeMsg's fast path: the event without Meta, or nil.
-func decodeMsgFast(subject string, header map[string][]string, body []byte, subjects Subjects) *Event {
+// With own, the event's Data may be body itself (or a part of it) rather
+// than a copy.
+func decodeMsgFast(subject string, header map[string][]string, body []byte, subjects Subjects, own bool) *Event {
 	var env fastEnv
 	ct, hasCT, ce, ok := fastHeaders(header, &env)
 	if !ok {
@@ -198,17 +200,23 @@ func decodeMsgFast(subject string, header map[string][]string, body []byte, subj
 			if !utf8.Valid(body) {
 				return nil
 			}
-			data, err := compact(body)
-			if err != nil {
+			// What compact(body) returns, without scanning twice.
+			switch valid, spaced := scanJSON(body); {
+			case !valid:
 				return nil
+			case spaced:
+				env.data = compactValid(body)
+			case own:
+				env.data = body[:len(body):len(body)]
+			default:
+				env.data = bytes.Clone(body)
 			}
-			env.data = data
 		}
 	} else {
 		if ce { // headersAgree's business
 			return nil
 		}
-		if !fastStructured(body, &env) {
+		if !fastStructured(body, &env, own) {
 			return nil
 		}
 	}
@@ -222,7 +230,7 @@ func decodeMsgFast(subject string, header map[string][]string, body []byte, subj
 // decodeJSONFast is DecodeJSON's fast path: the event without Meta, or nil.
 func decodeJSONFast(line []byte) *Event {
 	var env fastEnv
-	if !fastStructured(line, &env) {
+	if !fastStructured(line, &env, false) {
 		return nil
 	}
 	return env.event("", false)
@@ -254,8 +262,9 @@ func (s Subjects) fastSessionOf(natsSubject string) (string, bool) {
 // fastStructured reads a structured-mode body into env. It declines bodies
 // that are not a valid JSON object in UTF-8, member names with escapes or
 // given twice, null or non-string core attributes, data_base64, and
-// extensions that are null, objects or arrays.
-func fastStructured(body []byte, env *fastEnv) bool {
+// extensions that are null, objects or arrays. With own, the data may be
+// a part of body rather than a copy.
+func fastStructured(body []byte, env *fastEnv, own bool) bool {
 	if !utf8.Valid(body) {
 		return false
 	}
@@ -275,7 +284,11 @@ func fastStructured(body []byte, env *fastEnv) bool {
 		switch string(name) {
 		case "data":
 			if !spaced { // what compact returns for compact JSON
-				env.data = bytes.Clone(val)
+				if own {
+					env.data = val[:len(val):len(val)]
+				} else {
+					env.data = bytes.Clone(val)
+				}
 				continue
 			}
 			data, err := compact(val)

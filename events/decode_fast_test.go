@@ -35,13 +35,13 @@ func checkFastSlow(t testing.TB, subject string, header map[string][]string, bod
 	require.Equal(t, werr, gerr, "DecodeMsg error of %q %q %q", subject, header, body)
 	require.Equal(t, want, got, "DecodeMsg event of %q %q %q", subject, header, body)
 
-	h, b = cloneHeader(header), slices.Clone(body)
-	got, gerr = DecodeMsgOwned(subject, h, b, subjects)
-	clear(b)
+	// DecodeMsgOwned may keep the header and the body, which its caller
+	// leaves alone.
+	got, gerr = DecodeMsgOwned(subject, cloneHeader(header), slices.Clone(body), subjects)
 	require.Equal(t, werr, gerr, "DecodeMsgOwned error of %q %q %q", subject, header, body)
 	require.Equal(t, want, got, "DecodeMsgOwned event of %q %q %q", subject, header, body)
 
-	fast := decodeMsgFast(subject, header, body, subjects)
+	fast := decodeMsgFast(subject, header, body, subjects, false)
 	if fast != nil {
 		require.NoError(t, werr, "the fast path decoded what the general decoder rejects: %q %q %q", subject, header, body)
 	}
@@ -301,25 +301,25 @@ func TestDecodeFastSlow(t *testing.T) {
 func TestDecodeFastPathTaken(t *testing.T) {
 	for typ, data := range validData {
 		for _, subj := range fastSlowSubjects {
-			require.NotNil(t, decodeMsgFast(testNATSSubject, benchLikeHeader(typ), []byte(data), subj), "binary %s", typ)
-			require.NotNil(t, decodeMsgFast("seamguard.partitioned.3.s1", benchLikeHeader(typ), []byte(data), subj), "partitioned binary %s", typ)
+			require.NotNil(t, decodeMsgFast(testNATSSubject, benchLikeHeader(typ), []byte(data), subj, false), "binary %s", typ)
+			require.NotNil(t, decodeMsgFast("seamguard.partitioned.3.s1", benchLikeHeader(typ), []byte(data), subj, false), "partitioned binary %s", typ)
 		}
 		s := newSpec(typ, map[string]any{"partitionkey": "s1", "attempt": json.RawMessage(`2`)}, nil)
-		require.NotNil(t, decodeMsgFast(testNATSSubject, nil, s.structured(t), Subjects{}), "structured %s", typ)
+		require.NotNil(t, decodeMsgFast(testNATSSubject, nil, s.structured(t), Subjects{}, false), "structured %s", typ)
 		require.NotNil(t, decodeJSONFast(s.structured(t)), "DecodeJSON %s", typ)
 		h, body, ok := newSpec(typ, map[string]any{"partitionkey": "s1", "attempt": "2"}, nil).binary()
 		require.True(t, ok)
-		require.NotNil(t, decodeMsgFast(testNATSSubject, h, body, Subjects{}), "binary with extensions %s", typ)
+		require.NotNil(t, decodeMsgFast(testNATSSubject, h, body, Subjects{}, false), "binary with extensions %s", typ)
 	}
 	for _, in := range sdkInputs {
 		for _, structured := range []bool{false, true} {
 			h, body := sdkWrite(t, sdkEvent(t, in.typ, "s1", in.data), structured)
-			require.NotNil(t, decodeMsgFast(testNATSSubject, h, body, Subjects{}), "sdk %s structured=%v", in.typ, structured)
+			require.NotNil(t, decodeMsgFast(testNATSSubject, h, body, Subjects{}, false), "sdk %s structured=%v", in.typ, structured)
 			checkFastSlow(t, testNATSSubject, h, body, Subjects{})
 		}
 	}
 	for _, sz := range benchSizes {
-		require.NotNil(t, decodeMsgFast(testNATSSubject, benchLikeHeader(TypeTurnAppended), benchTurn(sz.size), Subjects{}))
+		require.NotNil(t, decodeMsgFast(testNATSSubject, benchLikeHeader(TypeTurnAppended), benchTurn(sz.size), Subjects{}, false))
 	}
 }
 

@@ -11,8 +11,9 @@
 // *Error carrying the contract's rejection code, the offending field (such as
 // "subject", "data.recovery_floor.span") and a message saying what to fix.
 // DecodeJSON does the same for one structured event from a file or a spill.
-// DecodeMsgOwned is DecodeMsg for a caller that hands the header over (the
-// processor, a spill's replay): the event keeps it rather than a copy.
+// DecodeMsgOwned is DecodeMsg for a caller that hands the header and body
+// over (the processor, a spill's replay): the event keeps them rather than
+// copies.
 //
 // Decoding has two paths with one result. A fast path (decode_fast.go)
 // takes the shapes agents send nearly always: binary mode with each ce-*
