@@ -38,7 +38,37 @@ var inputTypes = map[string]bool{
 // the headers; the caller sets Meta.Seq. Every failure is an *Error carrying
 // the rejection code and the offending field. DecodeMsg does not retain its
 // arguments and is safe for concurrent use.
+//
+// Well-formed events of the usual shapes take a fast path (decode_fast.go);
+// everything else, and every failure, takes the general decoder. Both give
+// the same result for every input.
 func DecodeMsg(subject string, header map[string][]string, body []byte, subjects Subjects) (*Event, error) {
+	if ev := decodeMsgFast(subject, header, body, subjects, false); ev != nil {
+		ev.Meta = Meta{Subject: subject, Headers: copyHeaderPacked(header)}
+		return ev, nil
+	}
+	return decodeMsgSlow(subject, header, body, subjects)
+}
+
+// DecodeMsgOwned is DecodeMsg for a caller that hands header and body over,
+// such as the consumer of a NATS delivery, whose header and data are its
+// own: the event's Meta.Headers is header itself (nil when header is
+// empty), and its Data may be body itself or a part of it, not copies. The
+// caller must change neither afterwards; the result is otherwise the same
+// as DecodeMsg's.
+func DecodeMsgOwned(subject string, header map[string][]string, body []byte, subjects Subjects) (*Event, error) {
+	if ev := decodeMsgFast(subject, header, body, subjects, true); ev != nil {
+		if len(header) == 0 {
+			header = nil
+		}
+		ev.Meta = Meta{Subject: subject, Headers: header}
+		return ev, nil
+	}
+	return decodeMsgSlow(subject, header, body, subjects)
+}
+
+// decodeMsgSlow is the general decoder: every input, every error.
+func decodeMsgSlow(subject string, header map[string][]string, body []byte, subjects Subjects) (*Event, error) {
 	ev, err := decodeMsg(subject, header, body, subjects)
 	if err != nil {
 		return nil, err
@@ -93,6 +123,15 @@ func decodeMsg(subject string, header map[string][]string, body []byte, subjects
 // a valid session id. Every failure is an *Error. DecodeJSON does not retain
 // line and is safe for concurrent use.
 func DecodeJSON(line []byte, meta Meta) (*Event, error) {
+	if ev := decodeJSONFast(line); ev != nil {
+		ev.Meta = meta
+		return ev, nil
+	}
+	return decodeJSONSlow(line, meta)
+}
+
+// decodeJSONSlow is DecodeJSON's general decoder.
+func decodeJSONSlow(line []byte, meta Meta) (*Event, error) {
 	env, err := structuredEnvelope(line)
 	if err != nil {
 		return nil, err

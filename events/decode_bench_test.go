@@ -5,23 +5,133 @@ import (
 	"testing"
 )
 
-// BenchmarkDecodeMsg decodes a binary-mode turn with 1 KiB and 8 KiB of
-// content, as agents publish them; bytes/op against the input size is the
-// allocation factor.
+// The benchmarks decode what agents publish: binary-mode events with the
+// headers the SDKs and the bench write, a turn with 1 KiB and 8 KiB of
+// content, and every other input type. bytes/op against the input size is
+// the allocation factor.
+
+var benchSubjects = Subjects{Prefix: DefaultPrefix, Partitions: 16}
+
+// benchTurn is the body of a turn with about size bytes of plain content.
+func benchTurn(size int) []byte {
+	return []byte(`{"offset":41,"size":1,"role":"user","tokens":256,"content":"` + strings.Repeat("lorem ipsum ", size/12) + `"}`)
+}
+
+// benchHeader is the header of a binary-mode event of type typ.
+func benchHeader(typ string) map[string][]string {
+	return map[string][]string{
+		"Ce-Specversion": {"1.0"}, "Ce-Id": {"s1-0042"}, "Ce-Source": {"urn:agent:bench"},
+		"Ce-Type": {typ}, "Ce-Subject": {"s1"}, "Ce-Time": {"2026-11-29T12:00:00.042Z"},
+		"Content-Type": {ContentTypeJSON}, "Nats-Msg-Id": {"s1-0042"},
+	}
+}
+
+// benchOthers are the bodies of the other input types, as agents send them.
+var benchOthers = []struct{ name, typ, body string }{
+	{"opened", TypeSessionOpened, `{"unit":"turns","recovery_floor":{"span":32,"unit":"turns"},"window":200000,"trigger":150000}`},
+	{"truncated", TypeContextTruncated, `{"range":{"start":0,"end":8},"stage":"budget"}`},
+	{"requested", TypeCompactionRequested, `{"request_id":"r-17","summarizer_input":{"start":8,"end":40},"summary_range":{"start":0,"end":40},"tail_start":40,"carries_prior_summary":true,"occupancy":190000,"threshold":150000}`},
+	{"committed", TypeCompactionCommitted, `{"request_id":"r-17"}`},
+	{"resumed", TypeSessionResumed, `{"note":"operator accepts the loss of turns 0-8"}`},
+	{"closed", TypeSessionClosed, ``},
+}
+
+var benchSizes = []struct {
+	name string
+	size int
+}{{"1KiB", 1 << 10}, {"8KiB", 8 << 10}}
+
+// BenchmarkDecodeMsg decodes a binary-mode turn, as the processor does.
 func BenchmarkDecodeMsg(b *testing.B) {
-	subj := Subjects{Prefix: DefaultPrefix, Partitions: 16}
-	for _, size := range []int{1 << 10, 8 << 10} {
-		body := []byte(`{"offset":41,"size":1,"role":"user","tokens":256,"content":"` + strings.Repeat("lorem ipsum ", size/12) + `"}`)
-		hdr := map[string][]string{
-			"Ce-Specversion": {"1.0"}, "Ce-Id": {"s1-0042"}, "Ce-Source": {"urn:agent:bench"},
-			"Ce-Type": {TypeTurnAppended}, "Ce-Subject": {"s1"}, "Ce-Time": {"2026-11-29T12:00:00.042Z"},
-			"Content-Type": {ContentTypeJSON}, "Nats-Msg-Id": {"s1-0042"},
-		}
-		b.Run(map[bool]string{true: "8KiB", false: "1KiB"}[size > 1<<10], func(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, sz := range benchSizes {
+		body, hdr := benchTurn(sz.size), benchHeader(TypeTurnAppended)
+		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeMsg(subj.Events("s1"), hdr, body, subj); err != nil {
+				if _, err := DecodeMsg(subject, hdr, body, benchSubjects); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeMsgOwned decodes a binary-mode turn as the processor
+// does: it hands the header over, so that it is not copied.
+func BenchmarkDecodeMsgOwned(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, sz := range benchSizes {
+		body, hdr := benchTurn(sz.size), benchHeader(TypeTurnAppended)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeMsgOwned(subject, hdr, body, benchSubjects); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeMsgTypes decodes a binary-mode event of every other type.
+func BenchmarkDecodeMsgTypes(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, o := range benchOthers {
+		body, hdr := []byte(o.body), benchHeader(o.typ)
+		b.Run(o.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeMsg(subject, hdr, body, benchSubjects); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeMsgStructured decodes a structured-mode turn as sdk-go's
+// nats_jetstream binding sends it: no headers but the message id.
+func BenchmarkDecodeMsgStructured(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, sz := range benchSizes {
+		ev, err := DecodeMsg(subject, benchHeader(TypeTurnAppended), benchTurn(sz.size), benchSubjects)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := MarshalStructured(ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hdr := map[string][]string{"Nats-Msg-Id": {"s1-0042"}}
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeMsg(subject, hdr, body, benchSubjects); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMarshalStructured writes a decoded binary-mode turn as a spill
+// line.
+func BenchmarkMarshalStructured(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, sz := range benchSizes {
+		ev, err := DecodeMsg(subject, benchHeader(TypeTurnAppended), benchTurn(sz.size), benchSubjects)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(ev.Data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := MarshalStructured(ev); err != nil {
 					b.Fatal(err)
 				}
 			}

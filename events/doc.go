@@ -11,6 +11,19 @@
 // *Error carrying the contract's rejection code, the offending field (such as
 // "subject", "data.recovery_floor.span") and a message saying what to fix.
 // DecodeJSON does the same for one structured event from a file or a spill.
+// DecodeMsgOwned is DecodeMsg for a caller that hands the header and body
+// over (the processor, a spill's replay): the event keeps them rather than
+// copies.
+//
+// Decoding has two paths with one result. A fast path (decode_fast.go)
+// takes the shapes agents send nearly always: binary mode with each ce-*
+// header once and no percent-escapes, or structured mode with no ce-*
+// headers and plain string attributes, and data whose field names have no
+// escapes. It builds no maps but the extensions', and reads the data fields
+// in place. Anything else, and every input that fails, goes to the general
+// decoder, so every error comes from one place. TestDecodeFastSlow and
+// FuzzDecodeFastSlow require the same event, deep-equal, or the same error
+// from both paths on any input.
 //
 // The content mode is chosen as the CloudEvents NATS binding and sdk-go do:
 //   - structured when the Content-Type header is application/cloudevents+json

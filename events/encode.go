@@ -223,14 +223,22 @@ func MarshalStructured(ev *Event) ([]byte, error) {
 		}
 	}
 	if data != nil {
-		c, err := compact(data)
-		if err != nil {
-			return nil, fmt.Errorf("%w: data is not valid JSON: %w", ErrNotEncodable, err)
+		// Decoded data is compact already: then it is written as it is,
+		// not copied first.
+		if valid, spaced := scanJSON(data); !valid || spaced {
+			c, err := compact(data)
+			if err != nil {
+				return nil, fmt.Errorf("%w: data is not valid JSON: %w", ErrNotEncodable, err)
+			}
+			data = c
 		}
-		data = c
 	}
 
-	b := make([]byte, 0, 256+len(data))
+	size := 128 + len(ev.ID) + len(ev.Source) + len(ev.Type) + len(ev.Subject) + len(ev.DataContentType) + len(data)
+	for name, val := range ev.Extensions {
+		size += len(name) + len(val) + 4
+	}
+	b := make([]byte, 0, size)
 	b = append(b, `{"specversion":"1.0","id":`...)
 	b = appendString(b, ev.ID)
 	b = append(b, `,"source":`...)
@@ -243,14 +251,17 @@ func MarshalStructured(ev *Event) ([]byte, error) {
 		if y := ev.Time.Year(); y < 0 || y > 9999 {
 			return nil, fmt.Errorf("%w: time %v is outside RFC 3339's years", ErrNotEncodable, ev.Time)
 		}
-		b = append(b, `,"time":`...)
-		b = appendString(b, ev.Time.Format(time.RFC3339Nano))
+		// RFC 3339 text of years 0 to 9999 has nothing to escape.
+		b = append(b, `,"time":"`...)
+		b = ev.Time.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
 	}
 	if ev.DataContentType != "" {
 		b = append(b, `,"datacontenttype":`...)
 		b = appendString(b, ev.DataContentType)
 	}
-	names := make([]string, 0, len(ev.Extensions))
+	var buf [8]string
+	names := buf[:0]
 	for name := range ev.Extensions {
 		names = append(names, name)
 	}

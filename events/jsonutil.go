@@ -119,22 +119,36 @@ func skipValue(raw []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string that starts at i.
+// skipString returns the index just past the string that starts at i. It
+// finds quotes and backslashes with bytes.IndexByte, which looks at many
+// bytes at once; q is the next quote once found, so that a string with many
+// escapes is still read in one pass.
 func skipString(raw []byte, i int) int {
-	for i++; i < len(raw); i++ {
-		if j := plainRun(raw, i, false); j > i {
-			if i = j; i >= len(raw) {
-				break
-			}
-		}
-		switch raw[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	// Short plain strings, such as names, end before a call would pay off.
+	for j := i + 1; j < len(raw) && j <= i+16; j++ {
+		if c := raw[j]; c == '"' {
+			return j + 1
+		} else if c == '\\' {
+			break
 		}
 	}
-	return i
+	i++
+	q := -1
+	for i < len(raw) {
+		if q < i {
+			k := bytes.IndexByte(raw[i:], '"')
+			if k < 0 {
+				return len(raw)
+			}
+			q = i + k
+		}
+		k := bytes.IndexByte(raw[i:q], '\\')
+		if k < 0 {
+			return q + 1
+		}
+		i += k + 2 // past the backslash and the byte it escapes
+	}
+	return len(raw)
 }
 
 // parseObjectSlow is parseObject with encoding/json's tokenizer, which
@@ -277,6 +291,13 @@ func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); {
+		// A run of bytes that stand for themselves goes in at once.
+		if j := plainASCII(s, i); j > i {
+			b = append(b, s[i:j]...)
+			if i = j; i == len(s) {
+				break
+			}
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -308,6 +329,18 @@ func appendString(b []byte, s string) []byte {
 		i += size
 	}
 	return append(b, '"')
+}
+
+// plainASCII returns the index of the first byte at or after i that
+// appendString does not copy as it is: a control, DEL, a quote, a backslash,
+// or a byte of a multi-byte character.
+func plainASCII(s string, i int) int {
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return i
 }
 
 func jsonString(s string) json.RawMessage {

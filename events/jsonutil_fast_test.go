@@ -17,6 +17,16 @@ var jsonSeeds = []string{
 	`{"a":1,"a":2}`, `{"a":"\u00e9\n","b\\c":true}`, `[1,2]`, `"str"`, `{"a":}`, `{"a":1`, `{"a":1}x`,
 	`{"content":"caf\u00e9 \u2028 <b>&amp;</b>","n":-1.5e3}`, `{"":0}`, `{"a":{"a":{"a":[[[]]]}}}`,
 	"\"\xff\"", `"a\"b"`, `"`, `""`, `"\ud800"`,
+	// strings past the short loop of skipString and validString: escapes
+	// at and after it, a quote escaped right before the end, controls
+	// late, a trailing backslash, no end at all
+	`"` + strings.Repeat("a", 15) + `\"` + strings.Repeat("b", 40) + `\\\"c"`,
+	`{"` + strings.Repeat("k", 20) + `":"` + strings.Repeat("v", 33) + `\u00e9\n` + strings.Repeat("w", 31) + `"}`,
+	`"` + strings.Repeat("a", 40) + "\t" + `"`, `"` + strings.Repeat("a", 70) + "\x1f" + strings.Repeat("b", 9) + `"`,
+	`"` + strings.Repeat("a", 40) + `\`, `"` + strings.Repeat("a", 40) + `\"`, `"` + strings.Repeat("a", 40),
+	`"` + strings.Repeat("a", 16) + "éééé\x01" + strings.Repeat("b", 7) + `"`, `"` + strings.Repeat("a", 56) + "éééé\x01" + strings.Repeat("b", 7) + `"`,
+	`"` + "\x01" + strings.Repeat("a", 7) + "éééé" + strings.Repeat("b", 20) + `"`,
+	`["` + strings.Repeat(`x\"`, 30) + `", "` + strings.Repeat(`\\`, 30) + `"]`, `"` + strings.Repeat("a", 40) + `\u12"`,
 }
 
 func FuzzFastJSON(f *testing.F) {
@@ -71,4 +81,23 @@ func FuzzValidJSON(f *testing.F) {
 			require.Equal(t, !bytes.Equal(c, raw), spaced, "scanJSON(%q) says white space: %v", raw, spaced)
 		}
 	})
+}
+
+// TestHasControlByte puts one control byte at every position of buffers of
+// every length up to 80, among ASCII and among high bytes, which the word
+// arithmetic must not let hide it.
+func TestHasControlByte(t *testing.T) {
+	for _, fill := range []byte{'a', 0x20, 0x7f, 0x80, 0xc3, 0xff} {
+		for n := 0; n <= 80; n++ {
+			b := bytes.Repeat([]byte{fill}, n)
+			require.False(t, hasControlByte(b), "fill %#x, length %d", fill, n)
+			for p := range n {
+				for _, c := range []byte{0x00, 0x01, 0x1f} {
+					b[p] = c
+					require.True(t, hasControlByte(b), "fill %#x, length %d, %#x at %d", fill, n, c, p)
+				}
+				b[p] = fill
+			}
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package events
 
-import "encoding/binary"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // validJSON reports whether b is exactly one JSON value with optional white
 // space around it: what json.Valid reports (FuzzValidJSON holds it to that,
@@ -129,65 +132,93 @@ const (
 	highs = 0x8080808080808080
 )
 
-// hasByte reports whether some byte of x equals c.
-func hasByte(x uint64, c byte) bool {
-	y := x ^ (ones * uint64(c))
-	return (y-ones)&^y&highs != 0
-}
-
-// hasLess reports whether some byte of x is below n (n <= 128).
+// hasLess reports whether some byte of x is below n (n <= 128). It is
+// exact: without such a byte no subtraction borrows.
 func hasLess(x uint64, n byte) bool {
 	return (x-ones*uint64(n))&^x&highs != 0
 }
 
-// plainRun returns the index of the first byte at or after i that may end
-// or escape a string (a quote, a backslash or, when controls is true, a
-// byte below 0x20), looking at 8 bytes at a time; it may stop early on a
-// word holding one, never late.
-func plainRun(b []byte, i int, controls bool) int {
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if hasByte(x, '"') || hasByte(x, '\\') || controls && hasLess(x, 0x20) {
-			return i
+// hasControlByte reports whether b holds a byte below 0x20, looking at 32
+// bytes at a time.
+func hasControlByte(b []byte) bool {
+	const c = ones * 0x20
+	for len(b) >= 32 {
+		x0 := binary.LittleEndian.Uint64(b[0:8])
+		x1 := binary.LittleEndian.Uint64(b[8:16])
+		x2 := binary.LittleEndian.Uint64(b[16:24])
+		x3 := binary.LittleEndian.Uint64(b[24:32])
+		if ((x0-c)&^x0|(x1-c)&^x1|(x2-c)&^x2|(x3-c)&^x3)&highs != 0 {
+			return true
+		}
+		b = b[32:]
+	}
+	for len(b) >= 8 {
+		if hasLess(binary.LittleEndian.Uint64(b[:8]), 0x20) {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, x := range b {
+		if x < 0x20 {
+			return true
 		}
 	}
-	return i
+	return false
 }
 
 // validString checks the string that starts at b[i] == '"' and returns the
-// index just past it, or -1.
+// index just past it, or -1. Quotes and backslashes are found with
+// bytes.IndexByte, as in skipString; the text between them must hold no
+// control byte.
 func validString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		if j := plainRun(b, i, true); j > i {
-			if i = j; i >= len(b) {
-				break
-			}
+	// Short plain strings, such as names, end before a call would pay off.
+	for j := i + 1; j < len(b) && j <= i+16; j++ {
+		if c := b[j]; c == '"' {
+			return j + 1
+		} else if c == '\\' || c < 0x20 {
+			break
 		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1
-		case c < 0x20:
-			return -1
-		case c == '\\':
-			i++
-			if i >= len(b) {
+	}
+	i++
+	q := -1 // the next quote at or after i, once found
+	for i < len(b) {
+		if q < i {
+			k := bytes.IndexByte(b[i:], '"')
+			if k < 0 {
 				return -1
 			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(b) {
+			q = i + k
+		}
+		end := q
+		k := bytes.IndexByte(b[i:q], '\\')
+		if k >= 0 {
+			end = i + k
+		}
+		if hasControlByte(b[i:end]) {
+			return -1
+		}
+		if k < 0 {
+			return q + 1
+		}
+		i = end + 1 // the byte after the backslash
+		if i >= len(b) {
+			return -1
+		}
+		switch b[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i++
+		case 'u':
+			if i+4 >= len(b) {
+				return -1
+			}
+			for _, h := range b[i+1 : i+5] {
+				if _, ok := unhex(h); !ok {
 					return -1
 				}
-				for _, h := range b[i+1 : i+5] {
-					if _, ok := unhex(h); !ok {
-						return -1
-					}
-				}
-				i += 4
-			default:
-				return -1
 			}
+			i += 5
+		default:
+			return -1
 		}
 	}
 	return -1

@@ -714,7 +714,9 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 		// handing it over), so the pin is dropped in place, not copied.
 		delete(hdr, pinHeader)
 	}
-	ev, derr := events.DecodeMsg(subject, hdr, data, p.subj)
+	// The header and data are this delivery's own, so the event may keep
+	// them rather than copies.
+	ev, derr := events.DecodeMsgOwned(subject, hdr, data, p.subj)
 	if derr != nil {
 		p.obs.Input("")
 		var e *events.Error

@@ -427,7 +427,9 @@ func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, req ledg
 // apply replays one message through the shadow ledger and writes it if the
 // processor accepted it.
 func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Msg, seq uint64, w *Writer) error {
-	ev, err := events.DecodeMsg(msg.Subject(), msg.Headers(), msg.Data(), s.Subjects)
+	// The message is read for this replay alone: the event may keep its
+	// header and data.
+	ev, err := events.DecodeMsgOwned(msg.Subject(), msg.Headers(), msg.Data(), s.Subjects)
 	if err != nil {
 		return nil // rejected by the processor too: not part of the transcript
 	}
