@@ -15,8 +15,8 @@ import (
 // Defaults of Config; a zero field means its default.
 const (
 	DefaultShards             = 8
-	DefaultQueueDepth         = 256
-	DefaultMaxBatch           = 128
+	DefaultQueueDepth         = 512
+	DefaultMaxBatch           = 512
 	DefaultAckWait            = 60 * time.Second
 	DefaultDurable            = "seamguard"
 	DefaultEventsMaxAge       = 7 * 24 * time.Hour
@@ -25,7 +25,7 @@ const (
 	DefaultVerdictsDuplicates = 10 * time.Minute
 	DefaultReplicas           = 1
 	DefaultSpillRetries       = 3
-	DefaultPartitions         = 16
+	DefaultPartitions         = 8
 	DefaultPinnedTTL          = 15 * time.Second
 )
 
@@ -59,7 +59,9 @@ type Config struct {
 	MemoryStorage bool
 
 	// Partitions is the number of partitions sessions are spread over; 0
-	// means 16. Each partition is stored under its own subjects and read
+	// means 8. Every partition's consumer scans the stream for its own
+	// subjects, so the broker's cost per event grows with the count: use
+	// as many as instances are to share the load, not more. Each partition is stored under its own subjects and read
 	// through its own durable consumer, "<Durable>-p<n>", with a pinned
 	// priority group: one instance at a time consumes a partition, and
 	// another takes over when it stops pulling for PinnedTTL. Changing it
@@ -76,10 +78,12 @@ type Config struct {
 	// Shards is the number of owner goroutines; 0 means 8. A session always
 	// goes to the same shard.
 	Shards int
-	// QueueDepth bounds each shard's queue; 0 means 256.
+	// QueueDepth bounds each shard's queue; 0 means 512.
 	QueueDepth int
 	// MaxBatch bounds how many messages a shard handles per group commit;
-	// 0 means 128.
+	// 0 means 512. Under load a batch fills up, and a session touched by
+	// it is stored once for all its messages in it; each fetch asks for
+	// twice as many.
 	MaxBatch int
 	// AckWait is the consumer's ack deadline; 0 means 60s.
 	AckWait time.Duration

@@ -200,8 +200,8 @@ func TestBurst(t *testing.T) {
 	for _, r := range []burstRun{small, large} {
 		assert.NotZero(t, r.Verdicts)
 		// MaxAckPending of the consumers bounds what is in flight.
-		// serve --shards 4: each consumer allows 4 shards x 256 queued.
-		assert.LessOrEqual(t, r.MaxAckPending, 4*256*(processor.DefaultPartitions+1))
+		// serve --shards 4: each consumer allows 4 shards x QueueDepth.
+		assert.LessOrEqual(t, r.MaxAckPending, 4*processor.DefaultQueueDepth*(processor.DefaultPartitions+1))
 	}
 	// Four times the backlog must not mean anywhere near four times the
 	// memory.
