@@ -208,7 +208,13 @@ func outputData(typ string, data any) (any, error) {
 // built by hand with a Body and no Data gets its Body as data. For a decoded
 // event ev, DecodeJSON(MarshalStructured(ev)) equals ev but for Meta.
 // MarshalStructured is safe for concurrent use.
-func MarshalStructured(ev *Event) ([]byte, error) {
+func MarshalStructured(ev *Event) ([]byte, error) { return AppendStructured(nil, ev) }
+
+// AppendStructured appends what MarshalStructured writes for ev to dst and
+// returns the extended slice; on an error it returns nil, and dst's
+// contents are as they were. A caller that encodes many events reuses one
+// buffer.
+func AppendStructured(dst []byte, ev *Event) ([]byte, error) {
 	if ev == nil {
 		return nil, fmt.Errorf("%w: nil event", ErrNotEncodable)
 	}
@@ -238,7 +244,7 @@ func MarshalStructured(ev *Event) ([]byte, error) {
 	for name, val := range ev.Extensions {
 		size += len(name) + len(val) + 4
 	}
-	b := make([]byte, 0, size)
+	b := slices.Grow(dst, size)
 	b = append(b, `{"specversion":"1.0","id":`...)
 	b = appendString(b, ev.ID)
 	b = append(b, `,"source":`...)

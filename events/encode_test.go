@@ -223,3 +223,31 @@ func TestMarshalStructured(t *testing.T) {
 		assert.ErrorIs(t, err, ErrNotEncodable, name)
 	}
 }
+
+// TestAppendStructuredAppends: AppendStructured writes after what dst
+// holds, exactly what MarshalStructured writes, and reuses dst's room.
+func TestAppendStructuredAppends(t *testing.T) {
+	ev, err := DecodeJSON([]byte(`{"specversion":"1.0","id":"e1","source":"urn:a","type":"io.seamguard.turn.appended","subject":"s1","x":1,"data":{"offset":3,"size":1}}`), Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := MarshalStructured(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 4096)
+	buf = append(buf, "prefix:"...)
+	got, err := AppendStructured(buf, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "prefix:"+string(want) {
+		t.Fatalf("AppendStructured wrote %q, want %q after the prefix", got, want)
+	}
+	if &got[0] != &buf[0] {
+		t.Fatal("AppendStructured did not reuse the room in dst")
+	}
+	if out, err := AppendStructured(buf, nil); err == nil || out != nil {
+		t.Fatalf("a nil event: %q, %v; want nil and an error", out, err)
+	}
+}

@@ -350,6 +350,7 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 		shadow ledger.Ledger
 		cfg    ledger.Config // acceptance does not depend on the policy
 		last   uint64        // stream sequence of the last event read
+		line   []byte        // each event's encoding, in one reused buffer
 	)
 	for last < req.LastSeq {
 		msg, err := s.next(ctx, it, req, last)
@@ -370,7 +371,7 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 				ErrIncomplete, req.Session, req.LastSeq, s.Stream, seq)
 		}
 		last = seq
-		if err := s.apply(&shadow, cfg, msg, seq, w); err != nil {
+		if err := s.apply(&shadow, cfg, msg, seq, w, &line); err != nil {
 			return err
 		}
 		if seq < req.LastSeq && md.NumPending == 0 {
@@ -426,7 +427,7 @@ func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, req ledg
 
 // apply replays one message through the shadow ledger and writes it if the
 // processor accepted it.
-func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Msg, seq uint64, w *Writer) error {
+func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Msg, seq uint64, w *Writer, buf *[]byte) error {
 	// The message is read for this replay alone: the event may keep its
 	// header and data.
 	ev, err := events.DecodeMsgOwned(msg.Subject(), msg.Headers(), msg.Data(), s.Subjects)
@@ -448,10 +449,11 @@ func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Ms
 	if !res.Accepted {
 		return nil
 	}
-	line, err := events.MarshalStructured(ev)
+	line, err := events.AppendStructured((*buf)[:0], ev)
 	if err != nil {
 		return permanent(fmt.Errorf("spill: encode the event at stream sequence %d: %w", seq, err))
 	}
+	*buf = line
 	return w.WriteLine(line) // fails only when Put stopped reading
 }
 
