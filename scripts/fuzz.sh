@@ -15,5 +15,9 @@ run() {
 }
 run ./events FuzzDecodeJSON
 run ./events FuzzDecodeMsg
+run ./events FuzzDecodeFastSlow
+run ./events FuzzMarshalStructured
+run ./events FuzzValidJSON
+run ./events FuzzFastJSON
 run ./processor/ledger FuzzStep
 run ./processor/ledger FuzzSnapshot
