@@ -836,6 +836,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 
 	sessions := []string{"s1", "ops-agent-42", "b", "a-much-longer-session-id_with_underscores"}
 	partitions := map[string]bool{}
+	handles := map[string]jetstream.Consumer{}
 	for i, sess := range sessions {
 		h := fnv.New32a()
 		h.Write([]byte(sess))
@@ -858,9 +859,16 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 			return err
 		})
 		proc.allowed(t, "fetch it pinned from "+name+" and acknowledge", func(ctx context.Context) error {
-			cons, err := proc.js.Consumer(ctx, "SEAMGUARD_EVENTS", name)
-			if err != nil {
-				return err
+			// One handle per consumer: the handle keeps the pin the server
+			// gave it, and a second handle of a pinned consumer gets
+			// nothing until the pin expires.
+			cons, ok := handles[name]
+			if !ok {
+				var err error
+				if cons, err = proc.js.Consumer(ctx, "SEAMGUARD_EVENTS", name); err != nil {
+					return err
+				}
+				handles[name] = cons
 			}
 			batch, err := cons.Fetch(1, jetstream.FetchPriorityGroup(processor.DefaultDurable), jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/metrics/metricstest"
+	"github.com/seamguard/seamguard/processor"
 )
 
 var showScrape = flag.Bool("show-scrape", false, "TestServeMetrics: print the seamguard_ lines of the scrape and the verdict log lines")
@@ -72,8 +73,8 @@ func TestServeMetrics(t *testing.T) {
 			return false
 		}
 		rej, _ := s.Value("seamguard_rejections_total", map[string]string{"code": "malformed"})
-		// A poll sets the consumers one by one: wait for all 17.
-		lag := len(s.LabelValues("seamguard_consumer_lag", "consumer")) == 17
+		// A poll sets the consumers one by one: wait for all of them.
+		lag := len(s.LabelValues("seamguard_consumer_lag", "consumer")) == processor.DefaultPartitions+1
 		return decisions() == 2 && rej == 1 && lag
 	}, 30*time.Second, 50*time.Millisecond)
 	require.NoError(t, err)
@@ -147,7 +148,7 @@ func TestServeMetrics(t *testing.T) {
 	assert.Equal(t, 0.0, v("seamguard_cas_conflicts_total"))
 	assert.Equal(t, 1.0, v("seamguard_ready"))
 	consumers := s.LabelValues("seamguard_consumer_lag", "consumer")
-	assert.Len(t, consumers, 17, "16 partitions and the consumer of subjects without a session: %v", consumers)
+	assert.Len(t, consumers, processor.DefaultPartitions+1, "every partition and the consumer of subjects without a session: %v", consumers)
 	require.Eventually(t, func() bool {
 		s2, _, err := metricstest.Get(base + "/metrics")
 		if err != nil {
