@@ -42,25 +42,14 @@ var benchSizes = []struct {
 }{{"1KiB", 1 << 10}, {"8KiB", 8 << 10}}
 
 // BenchmarkDecodeMsg decodes a binary-mode turn, as the processor does.
-func BenchmarkDecodeMsg(b *testing.B) {
-	subject := benchSubjects.Events("s1")
-	for _, sz := range benchSizes {
-		body, hdr := benchTurn(sz.size), benchHeader(TypeTurnAppended)
-		b.Run(sz.name, func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := DecodeMsg(subject, hdr, body, benchSubjects); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
+func BenchmarkDecodeMsg(b *testing.B) { benchDecodeTurns(b, DecodeMsg) }
 
 // BenchmarkDecodeMsgOwned decodes a binary-mode turn as the processor
 // does: it hands the header over, so that it is not copied.
-func BenchmarkDecodeMsgOwned(b *testing.B) {
+func BenchmarkDecodeMsgOwned(b *testing.B) { benchDecodeTurns(b, DecodeMsgOwned) }
+
+// benchDecodeTurns runs decode on a binary-mode turn of each size.
+func benchDecodeTurns(b *testing.B, decode func(string, map[string][]string, []byte, Subjects) (*Event, error)) {
 	subject := benchSubjects.Events("s1")
 	for _, sz := range benchSizes {
 		body, hdr := benchTurn(sz.size), benchHeader(TypeTurnAppended)
@@ -68,7 +57,7 @@ func BenchmarkDecodeMsgOwned(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeMsgOwned(subject, hdr, body, benchSubjects); err != nil {
+				if _, err := decode(subject, hdr, body, benchSubjects); err != nil {
 					b.Fatal(err)
 				}
 			}

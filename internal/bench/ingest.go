@@ -144,7 +144,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 		if err := freshState(ctx, s.js, pcfg); err != nil {
 			return res, err
 		}
-		if err := createConsumers(ctx, s.js, pcfg); err != nil {
+		if _, err := createConsumers(ctx, s.js, pcfg); err != nil {
 			return res, err
 		}
 		p, err := processor.New(ctx, s.js, pcfg, procOpts()...)
@@ -208,15 +208,19 @@ func checkIngest(ctx context.Context, js jetstream.JetStream, cfg processor.Conf
 }
 
 // createConsumers creates the consumers a processor of cfg reads, so that
-// a measurement does not count their creation.
-func createConsumers(ctx context.Context, js jetstream.JetStream, cfg processor.Config) error {
+// a measurement does not count their creation, and returns those it
+// created (all of them unless there is an error).
+func createConsumers(ctx context.Context, js jetstream.JetStream, cfg processor.Config) ([]jetstream.Consumer, error) {
 	cfg = cfg.WithDefaults()
+	var conss []jetstream.Consumer
 	for part := -1; part < cfg.Partitions; part++ {
-		if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(part)); err != nil {
-			return fmt.Errorf("bench: consumer %s: %w", cfg.ConsumerName(part), err)
+		c, err := js.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(part))
+		if err != nil {
+			return conss, fmt.Errorf("bench: consumer %s: %w", cfg.ConsumerName(part), err)
 		}
+		conss = append(conss, c)
 	}
-	return nil
+	return conss, nil
 }
 
 // process runs p until it has handled want inputs and acknowledged every
@@ -357,18 +361,14 @@ func dropResources(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 // created before the clock starts and deleted after.
 func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Config, n int) (time.Duration, error) {
 	cfg = cfg.WithDefaults()
-	var conss []jetstream.Consumer
+	conss, err := createConsumers(ctx, js, cfg)
 	defer func() {
 		for _, c := range conss {
 			_ = js.DeleteConsumer(context.WithoutCancel(ctx), cfg.Names().Events, c.CachedInfo().Name)
 		}
 	}()
-	for part := -1; part < cfg.Partitions; part++ {
-		c, err := js.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(part))
-		if err != nil {
-			return 0, err
-		}
-		conss = append(conss, c)
+	if err != nil {
+		return 0, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
