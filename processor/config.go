@@ -227,11 +227,17 @@ func (c Config) ConsumerConfig(p int) jetstream.ConsumerConfig {
 	if p < 0 {
 		filter = subj.Prefix + ".events.>" // what the transform leaves: no session
 	}
+	// A partition's inputs are acknowledged a batch at a time (see
+	// ackWindow); the rare inputs that name no session one by one.
+	ackPolicy := jetstream.AckAllPolicy
+	if p < 0 {
+		ackPolicy = jetstream.AckExplicitPolicy
+	}
 	return jetstream.ConsumerConfig{
 		Durable:        c.ConsumerName(p),
 		Description:    "seamguard processor",
 		FilterSubject:  filter,
-		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckPolicy:      ackPolicy,
 		AckWait:        c.AckWait,
 		MaxAckPending:  c.MaxAckPending,
 		MaxDeliver:     -1,

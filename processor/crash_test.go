@@ -149,6 +149,31 @@ func TestCrashAndRestart(t *testing.T) {
 		require.NotZero(t, st.Handled, "the partition moved to the second instance")
 		requireSameOutcome(t, ref, got)
 	})
+	// With an ack deadline far beyond the test's patience nothing is
+	// redelivered: the instance that takes over must itself find what the
+	// dead one had delivered and not acknowledged, and apply it (see adopt
+	// in the runtime). Under AckAll nothing it acknowledges may cover an
+	// input nobody applied, so it is also the check that the takeover
+	// loses nothing. The server keeps those deliveries pending until an
+	// ack through a later delivery covers them, or their deadline passes.
+	t.Run("abort-no-redelivery", func(t *testing.T) {
+		cfg := cfg
+		cfg.AckWait = 10 * time.Minute
+		e := newEnv(t)
+		r := e.start(t, cfg)
+		e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
+		waitFor(t, 60*time.Second, "a third of the verdicts", func() bool {
+			return e.streamInfo(t, cfg.Names().Verdicts).State.Msgs >= uint64(third)
+		})
+		r.abort(t)
+		require.NotZero(t, e.consumerInfo(t, cfg).NumAckPending, "the aborted instance left deliveries unacknowledged")
+		r = e.start(t, cfg)
+		waitFor(t, 60*time.Second, "every verdict", func() bool {
+			return e.streamInfo(t, cfg.Names().Verdicts).State.Msgs >= uint64(len(ref.verdicts))
+		})
+		require.NoError(t, r.stop(t))
+		requireSameOutcome(t, ref, e.outcome(t, cfg))
+	})
 	t.Run("server-restart", func(t *testing.T) {
 		got := midRun(t, cfg, func(e *env, r *running) *running {
 			e.Restart(t)

@@ -3,8 +3,8 @@
 //
 // Provision creates (or checks and updates) the events stream, the verdict
 // stream, the session bucket and the spill object store. A Processor then
-// consumes the events stream with one durable pull consumer and explicit
-// acks, fetching in batches. A dispatcher hashes each message's subject to one of a fixed set of
+// consumes the events stream with one durable pull consumer per partition
+// (and one for events whose subject names no session), fetching in batches. A dispatcher hashes each message's subject to one of a fixed set of
 // shards; each shard is one goroutine with a bounded queue that owns its
 // sessions' ledgers outright (no locks, per-session order, no goroutine per
 // message).
@@ -14,10 +14,26 @@
 // Steps its result), and publishes every output with Nats-Msg-Id set to the
 // output's deterministic id. Then it waits for every publish ack, stores each
 // touched session's state once (ledger snapshot plus the last applied stream
-// sequence, compare-and-swap on the bucket revision), and only then acks the
-// batch. Rejected inputs are terminated with their rejection code as the
-// reason, after their event.rejected verdict is durable, so a poison message
-// is never redelivered.
+// sequence, compare-and-swap on the bucket revision), and only then marks the
+// batch's inputs finished. Rejected inputs are terminated with their rejection
+// code as the reason, after their event.rejected verdict is durable, so a
+// poison message is never redelivered.
+//
+// A partition's consumer acknowledges with AckAll: one ack of a stream
+// sequence acknowledges every input of the partition up to it, which spares
+// the broker most of what it spends per message. Since shards finish inputs
+// in any order, each consumer has an ack window that sends an ack only for
+// the longest prefix of finished inputs, through the last one delivered
+// here (a termination acknowledges what precedes it too, so a rejected input
+// is terminated when the prefix reaches it). The window must know every
+// input the server holds pending for the consumer: on a break in delivery,
+// or at the start with inputs pending, the processor lists those delivered
+// elsewhere from the stream, holds them in the window, and sends each of
+// their sessions a marker that makes its shard catch it up from the stream
+// past them; they are finished once stored. Until a later delivery here is
+// acknowledged, the server counts them pending and redelivers them at their
+// deadline, which the stored sequence then skips. The consumer of events
+// that name no session acknowledges each input on its own.
 //
 // Redelivery is harmless: an input at or below the stored sequence is acked
 // without being applied again, and an input whose effects were cut short by a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,13 @@ func (p *Processor) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil // asked to stop before it began: nothing to drain
 			}
+			want := p.cfg.ConsumerConfig(part)
+			if old, ierr := p.js.Consumer(ctx, p.cfg.Names().Events, want.Durable); ierr == nil && old.CachedInfo().Config.AckPolicy != want.AckPolicy {
+				stream := p.cfg.Names().Events
+				return fmt.Errorf("processor: consumer %s on %s acknowledges with policy %s, this version with %s, and JetStream cannot change it in place: "+
+					"stop every instance, delete the consumer (nats consumer rm %s %s) and start again; its inputs are delivered again and those applied are skipped: %w",
+					want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
+			}
 			return fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), p.cfg.Names().Events, err)
 		}
 		consumers = append(consumers, cons)
@@ -182,7 +190,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// delivery must follow on from that state, or the sequence has broken.
 	either, stop := context.WithCancel(hard)
 	defer context.AfterFunc(ctx, stop)()
-	horizon, lastDelivery, err := p.startState(either, cons)
+	horizon, lastDelivery, floor, err := p.startState(either, cons)
 	stopped := either.Err() != nil
 	stop()
 	switch {
@@ -193,24 +201,40 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 		p.log.Error("consumer stopped", "err", err)
 		return err
 	}
+	win := &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}
+	send := func(subject string, d delivery) {
+		s := shards[shardOf(subject, len(shards))]
+		select {
+		case s.q <- d:
+		case <-hard.Done():
+		}
+	}
+	// What was delivered before this instance began and is still pending
+	// must be in the window before anything delivered here is acknowledged.
+	if horizon > 0 {
+		p.adopt(hard, cons, win, floor, horizon, send)
+	}
 	dispatch := func(msg jetstream.Msg) {
 		meta, merr := msg.Metadata()
 		if merr == nil {
 			if meta.Sequence.Consumer != lastDelivery+1 {
-				h := max(p.delivered(hard, cons), meta.Sequence.Stream)
+				delivered, floor := p.delivered(hard, cons)
+				h := max(delivered, meta.Sequence.Stream)
 				if lastDelivery != 0 {
 					p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
 						"consumer", name, "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
 				}
 				horizon = max(horizon, h)
+				p.adopt(hard, cons, win, floor, h, send)
 			}
 			lastDelivery = meta.Sequence.Consumer
 		}
-		s := shards[shardOf(msg.Subject(), len(shards))]
-		select {
-		case s.q <- delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now()}:
-		case <-hard.Done():
+		d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now()}
+		if merr == nil {
+			d.win = win
+			win.add(meta.Sequence.Stream, msg)
 		}
+		send(msg.Subject(), d)
 	}
 
 	// Fetch in batches rather than keep a pull request open: a fetch ends
@@ -219,7 +243,27 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// stops with no delivery on the way: nothing it was sent stays
 	// unacknowledged until the ack deadline (a continuous pull, unsubscribed,
 	// can lose a message the server was sending at that moment).
+	// An input held in the window that another instance has since
+	// acknowledged (its session was fenced here, or it was held from a
+	// listing) is never delivered here again: while the window is blocked,
+	// the consumer's ack floor is read now and then, and what is at or
+	// below it is dropped from the window.
+	lastPrune := time.Now()
+	unblock := func() {
+		if win.explicit || time.Since(lastPrune) < pruneEvery || !win.blocked() {
+			return
+		}
+		lastPrune = time.Now()
+		_, floor := p.delivered(hard, cons)
+		win.prune(floor)
+		for _, a := range win.release() {
+			if err := a.send(); err != nil {
+				p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
+			}
+		}
+	}
 	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
+		unblock()
 		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(fetchWait), jetstream.FetchPriorityGroup(p.cfg.Durable))
 		if err == nil {
 			msgs := batch.Messages()
@@ -286,40 +330,93 @@ func (p *Processor) Stats() Stats {
 // drain waits for the fetch in flight.
 const fetchWait = time.Second
 
+// pruneEvery is how often a blocked ack window reads its consumer's ack
+// floor (see fetch).
+const pruneEvery = time.Second
+
 // startState returns the horizon a consumer starts with and the consumer
 // sequence of its last delivery, asking the server until it answers, ctx
 // ends or the consumer is gone (then an error).
-func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last uint64, err error) {
+func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last, floor uint64, err error) {
 	for attempt := 0; ; attempt++ {
 		info, err := cons.Info(ctx)
 		if err == nil {
 			if info.NumAckPending > 0 {
 				horizon = info.Delivered.Stream
 			}
-			return horizon, info.Delivered.Consumer, nil
+			return horizon, info.Delivered.Consumer, info.AckFloor.Stream, nil
 		}
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 }
 
-// delivered returns the highest stream sequence the consumer has delivered,
-// asking the server until it answers or ctx ends (then 0).
-func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) uint64 {
+// delivered returns the highest stream sequence the consumer has delivered
+// and its ack floor, asking the server until it answers or ctx ends (then
+// zeros).
+func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) (delivered, floor uint64) {
 	for attempt := 0; ; attempt++ {
 		info, err := cons.Info(ctx)
 		if err == nil {
-			return info.Delivered.Stream
+			return info.Delivered.Stream, info.AckFloor.Stream
 		}
 		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
 		if sleep(ctx, backoff(attempt)) != nil {
-			return 0
+			return 0, 0
 		}
+	}
+}
+
+// adopt makes win hold every input of cons in (floor, upto]: after a break
+// in delivery (or at the start, with inputs pending), the server holds them
+// pending, delivered elsewhere or here, and an ack may not cover them until
+// they are applied. Each session among them is sent a marker: its shard
+// catches it up from the stream past them and then finishes them (see
+// handle). An input whose subject names no valid session waits for its
+// redelivery. A window of explicit acks needs none of this.
+func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ackWindow, floor, upto uint64, send func(string, delivery)) {
+	if win.explicit {
+		return
+	}
+	win.prune(floor)
+	if upto <= floor {
+		return
+	}
+	filter := cons.CachedInfo().Config.FilterSubject
+	bySubject := map[string][]uint64{}
+	var order []string
+	for seq, attempt := floor+1, 0; seq <= upto && ctx.Err() == nil; {
+		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			seq = upto + 1
+			continue
+		case err != nil:
+			p.log.Warn("reading the events stream failed; retrying", "consumer", cons.CachedInfo().Name, "err", err)
+			if sleep(ctx, backoff(attempt)) != nil {
+				return
+			}
+			attempt++
+			continue
+		case raw.Sequence > upto:
+			seq = upto + 1
+			continue
+		}
+		if _, ok := bySubject[raw.Subject]; !ok {
+			order = append(order, raw.Subject)
+		}
+		bySubject[raw.Subject] = append(bySubject[raw.Subject], raw.Sequence)
+		win.hold(raw.Sequence)
+		seq = raw.Sequence + 1
+	}
+	now := time.Now()
+	for _, subj := range order {
+		send(subj, delivery{win: win, mark: bySubject[subj], markSubject: subj, horizon: upto, at: now})
 	}
 }
 
@@ -396,11 +493,16 @@ func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
 // delivery is a message on its way to its shard, with the horizon in
 // force when it arrived.
 type delivery struct {
-	msg     jetstream.Msg
-	meta    *jetstream.MsgMetadata // parsed once, on receipt
-	metaErr error
-	horizon uint64
-	at      time.Time // when it was received, for the decision latency
+	msg jetstream.Msg
+	win *ackWindow // the window of the consumer that delivered it
+	// A marker (msg nil) holds the pending inputs of one session delivered
+	// elsewhere (see adopt): the stream sequences, and the stored subject.
+	mark        []uint64
+	markSubject string
+	meta        *jetstream.MsgMetadata // parsed once, on receipt
+	metaErr     error
+	horizon     uint64
+	at          time.Time // when it was received, for the decision latency
 }
 
 // shard owns the sessions whose subjects hash to it. Only its goroutine
@@ -488,6 +590,8 @@ func (s *shard) run(ctx context.Context) error {
 // ack is what to do with one input once its effects are durable.
 type ack struct {
 	msg     jetstream.Msg
+	win     *ackWindow // nil: send at once (no metadata: not in any window)
+	seq     uint64
 	session string // the session it changed, if any
 	term    string // non-empty: terminate with this reason instead of acking
 }
@@ -514,6 +618,12 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		delete(s.sessions, id)
 	}
 	for _, d := range batch {
+		if d.mark != nil {
+			if err := s.adopted(ctx, d, &acks, &pubs, &touched, fenced, fence); err != nil {
+				return err
+			}
+			continue
+		}
 		m, first := d.msg, len(pubs)
 		meta, err := d.meta, d.metaErr
 		if err != nil {
@@ -537,7 +647,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				// ack waits for the session's store like any other: if
 				// the batch loses the session to another instance, what
 				// this instance applied may not be stored anywhere.
-				acks = append(acks, ack{msg: m, session: sess.id})
+				acks = append(acks, ack{msg: m, win: d.win, seq: seq, session: sess.id})
 				continue
 			}
 			if d.horizon > sess.caughtUp || sess.fresh {
@@ -594,7 +704,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			pubs[i].received = d.at // caught-up outputs too: decided on its receipt
 		}
 		p.handled.Add(1)
-		a := ack{msg: m, term: term}
+		a := ack{msg: m, win: d.win, seq: seq, term: term}
 		if sess != nil {
 			a.session = sess.id
 		}
@@ -630,23 +740,72 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			return err
 		}
 	}
+	// A fenced session's inputs stay unfinished: no ack may cover them
+	// (see ackWindow) until the owner has them.
+	var wins []*ackWindow
 	for _, a := range acks {
 		if fenced[a.session] {
 			continue
 		}
-		var err error
-		if a.term != "" {
-			err = a.msg.TermWithReason(a.term)
-		} else {
-			err = a.msg.Ack()
+		if a.win == nil {
+			s.send(ackAction{msg: a.msg, term: a.term})
+			continue
 		}
-		if err != nil {
-			// The effects are durable; a lost ack means a redelivery that
-			// the stored sequence skips.
-			p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
+		a.win.finish(a.seq, a.msg, a.term)
+		if !slices.Contains(wins, a.win) {
+			wins = append(wins, a.win)
+		}
+	}
+	for _, w := range wins {
+		for _, act := range w.release() {
+			s.send(act)
 		}
 	}
 	return nil
+}
+
+// adopted handles a marker (see adopt): the session catches up from the
+// stream past the inputs it holds, which are then finished along with the
+// batch. A subject that names no valid session is left for its
+// redelivery.
+func (s *shard) adopted(ctx context.Context, d delivery, acks *[]ack, pubs *[]published, touched *[]*session, fenced map[string]bool, fence func(string, error)) error {
+	sid, err := s.p.subj.SessionOf(d.markSubject)
+	if err != nil || fenced[sid] {
+		return nil
+	}
+	sess, err := s.load(ctx, sid, d.horizon)
+	if err != nil {
+		return err
+	}
+	first, before := len(*pubs), sess.seq
+	if err := s.catchUp(ctx, sess, d.mark[len(d.mark)-1], nil, pubs); errors.Is(err, errFenced) {
+		fence(sid, err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for i := first; i < len(*pubs); i++ {
+		(*pubs)[i].received = d.at
+	}
+	sess.fresh = false
+	sess.caughtUp = max(sess.caughtUp, d.horizon)
+	if sess.seq != before && !sess.dirty {
+		sess.dirty = true
+		*touched = append(*touched, sess)
+	}
+	for _, seq := range d.mark {
+		*acks = append(*acks, ack{win: d.win, seq: seq, session: sid})
+	}
+	return nil
+}
+
+// send acknowledges or terminates an input whose effects are durable.
+func (s *shard) send(a ackAction) {
+	if err := a.send(); err != nil {
+		// The effects are durable; a lost ack means a redelivery that
+		// the stored sequence skips.
+		s.p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
+	}
 }
 
 // catchUp applies, in stream order, the session's messages after its last
@@ -864,6 +1023,9 @@ func unreachable(err error) bool {
 
 // keepAlive tells the server every interval that m is still being worked on.
 func keepAlive(ctx context.Context, m jetstream.Msg, every time.Duration) func() {
+	if m == nil {
+		return func() {} // catching up for a marker: nothing delivered here to keep
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

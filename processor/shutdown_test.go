@@ -1,9 +1,11 @@
 package processor_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/processor"
@@ -70,4 +72,27 @@ func TestRunFailsWhenItsConsumerIsDeleted(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run goes on without its consumer")
 	}
+}
+
+// TestRunNamesTheFixForAnOldAckPolicy: a partition consumer left by a
+// version that acknowledged one input at a time cannot be changed to AckAll
+// in place; Run must fail saying which consumer and what to do, not run on
+// with acks the server reads differently.
+func TestRunNamesTheFixForAnOldAckPolicy(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	_, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	old := cfg.ConsumerConfig(0)
+	old.AckPolicy = jetstream.AckExplicitPolicy
+	_, err = e.JS.CreateConsumer(e.ctx, cfg.Names().Events, old)
+	require.NoError(t, err)
+	p, err := processor.New(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "nats consumer rm "+cfg.Names().Events+" "+old.Durable)
+	require.ErrorContains(t, err, "AckExplicit")
 }

@@ -234,7 +234,7 @@ func (r *Report) rows() {
 		add("", Row{
 			Item: "1 ingest", Metric: fmt.Sprintf("  the same through the processor's consumer layout, no processing (median of %d)", in.Rounds),
 			Seamguard: fmt.Sprintf("%.0f", in.LayoutPerSec), Raw: fmt.Sprintf("%.0f", in.RawPerSec),
-			Ratio: in.LayoutRatio, Target: "(broker bound)",
+			Ratio: in.LayoutRatio, Target: "(reference)",
 		})
 	}
 	if l := r.Latency; l != nil {

@@ -37,8 +37,9 @@ type IngestResult struct {
 	// Layout reads the processor's events stream through consumers laid
 	// out as the processor's are (one per partition plus one for subjects
 	// without a session, filtered, in a pinned priority group), fetching
-	// as the processor does and acknowledging each message, with no
-	// processing: what the broker costs for that layout.
+	// as the processor does and acknowledging as it does (a partition's
+	// batch by its last message, AckAll), with no processing: what the
+	// broker costs for that layout.
 	LayoutPerSec    float64 `json:"layout_per_sec"`
 	SeamguardPerSec float64 `json:"seamguard_per_sec"`
 	Ratio           float64 `json:"ratio"`        // seamguard / raw
@@ -380,6 +381,9 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// As the processor does: an AckAll consumer's batch is
+			// acknowledged by its last message.
+			all := c.CachedInfo().Config.AckPolicy == jetstream.AckAllPolicy
 			for got.Load() < int64(n) && rctx.Err() == nil {
 				batch, err := c.Fetch(cfg.MaxBatch*2, jetstream.FetchMaxWait(100*time.Millisecond), jetstream.FetchPriorityGroup(cfg.Durable))
 				if err != nil {
@@ -387,13 +391,25 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 					cancel()
 					return
 				}
+				var last jetstream.Msg
 				for m := range batch.Messages() {
+					last = m
+					got.Add(1)
+					if all {
+						continue
+					}
 					if err := m.Ack(); err != nil {
 						errs <- err
 						cancel()
 						return
 					}
-					got.Add(1)
+				}
+				if all && last != nil {
+					if err := last.Ack(); err != nil {
+						errs <- err
+						cancel()
+						return
+					}
 				}
 				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 					errs <- err
