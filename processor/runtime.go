@@ -257,9 +257,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 		_, floor := p.delivered(hard, cons)
 		win.prune(floor)
 		for _, a := range win.release() {
-			if err := a.send(); err != nil {
-				p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
-			}
+			p.sendAck(a)
 		}
 	}
 	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
@@ -390,22 +388,13 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 	filter := cons.CachedInfo().Config.FilterSubject
 	bySubject := map[string][]uint64{}
 	var order []string
-	for seq, attempt := floor+1, 0; seq <= upto && ctx.Err() == nil; {
-		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			seq = upto + 1
-			continue
-		case err != nil:
-			p.log.Warn("reading the events stream failed; retrying", "consumer", cons.CachedInfo().Name, "err", err)
-			if sleep(ctx, backoff(attempt)) != nil {
-				return
-			}
-			attempt++
-			continue
-		case raw.Sequence > upto:
-			seq = upto + 1
-			continue
+	for seq := floor + 1; seq <= upto; {
+		raw, err := p.nextMsg(ctx, seq, filter)
+		if err != nil {
+			return // stopping: nothing more is acknowledged
+		}
+		if raw == nil || raw.Sequence > upto {
+			break
 		}
 		if _, ok := bySubject[raw.Subject]; !ok {
 			order = append(order, raw.Subject)
@@ -748,7 +737,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			continue
 		}
 		if a.win == nil {
-			s.send(ackAction{msg: a.msg, term: a.term})
+			p.sendAck(ackAction{msg: a.msg, term: a.term})
 			continue
 		}
 		a.win.finish(a.seq, a.msg, a.term)
@@ -758,7 +747,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	}
 	for _, w := range wins {
 		for _, act := range w.release() {
-			s.send(act)
+			p.sendAck(act)
 		}
 	}
 	return nil
@@ -799,12 +788,12 @@ func (s *shard) adopted(ctx context.Context, d delivery, acks *[]ack, pubs *[]pu
 	return nil
 }
 
-// send acknowledges or terminates an input whose effects are durable.
-func (s *shard) send(a ackAction) {
+// sendAck acknowledges or terminates inputs whose effects are durable.
+func (p *Processor) sendAck(a ackAction) {
 	if err := a.send(); err != nil {
 		// The effects are durable; a lost ack means a redelivery that
 		// the stored sequence skips.
-		s.p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
+		p.log.Warn("ack failed", "subject", a.msg.Subject(), "err", err)
 	}
 }
 
@@ -821,20 +810,13 @@ func (s *shard) send(a ackAction) {
 func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
 	p := s.p
 	subject := p.subj.Stored(sess.id) // the subject the stream holds it under
-	for attempt := 0; sess.seq < limit; {
-		raw, err := p.res.Events.GetMsg(ctx, sess.seq+1, jetstream.WithGetMsgSubject(subject))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil
-		case err != nil:
-			p.log.Warn("reading the events stream failed; retrying", "session", sess.id, "err", err)
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				delete(s.sessions, sess.id)
-				return err
-			}
-			attempt++
-			continue
-		case raw.Sequence > limit:
+	for sess.seq < limit {
+		raw, err := p.nextMsg(ctx, sess.seq+1, subject)
+		if err != nil {
+			delete(s.sessions, sess.id)
+			return err
+		}
+		if raw == nil || raw.Sequence > limit {
 			return nil
 		}
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
@@ -856,6 +838,25 @@ func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jets
 		sess.seq = raw.Sequence
 	}
 	return nil
+}
+
+// nextMsg reads the first message of the events stream at or after seq
+// whose subject matches subject (a filter), retrying failures until ctx
+// ends (then its error); nil when there is none.
+func (p *Processor) nextMsg(ctx context.Context, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
+	for attempt := 0; ; attempt++ {
+		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case err == nil:
+			return raw, nil
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, nil
+		}
+		p.log.Warn("reading the events stream failed; retrying", "subject", subject, "seq", seq, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // spillFunc writes (or, in a rebuild, looks up) the spill a ledger asked

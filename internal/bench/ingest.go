@@ -121,25 +121,31 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 
 	maxAck := processor.DefaultShards * processor.DefaultQueueDepth
 	for r := range rounds {
-		progress("ingest %d KiB, round %d of %d: raw pull consumer", body>>10, r+1, rounds)
-		m := s.meter()
-		d, err := consumeRaw(ctx, s.js, rawStream, fmt.Sprintf("raw-%d", r), n, maxAck)
-		if err != nil {
+		// timed runs one reader, metered, and adds its round to out.
+		timed := func(what string, out *[]Round, run func() (time.Duration, error)) error {
+			progress("ingest %d KiB, round %d of %d: %s", body>>10, r+1, rounds, what)
+			m := s.meter()
+			d, err := run()
+			if err != nil {
+				return err
+			}
+			*out = append(*out, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
+			return nil
+		}
+		if err := timed("raw pull consumer", &res.RawRounds, func() (time.Duration, error) {
+			return consumeRaw(ctx, s.js, rawStream, fmt.Sprintf("raw-%d", r), n, maxAck)
+		}); err != nil {
 			return res, err
 		}
-		res.RawRounds = append(res.RawRounds, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
 
-		progress("ingest %d KiB, round %d of %d: the processor's consumer layout, no processing", body>>10, r+1, rounds)
 		lcfg := cfg
 		lcfg.Durable = fmt.Sprintf("layout%d", r)
-		m = s.meter()
-		d, err = consumeLayout(ctx, s.js, lcfg, n)
-		if err != nil {
+		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, func() (time.Duration, error) {
+			return consumeLayout(ctx, s.js, lcfg, n)
+		}); err != nil {
 			return res, err
 		}
-		res.LayoutRounds = append(res.LayoutRounds, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
 
-		progress("ingest %d KiB, round %d of %d: seamguard processor", body>>10, r+1, rounds)
 		pcfg := cfg
 		pcfg.Durable = fmt.Sprintf("seamguard%d", r)
 		if err := freshState(ctx, s.js, pcfg); err != nil {
@@ -152,12 +158,11 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 		if err != nil {
 			return res, err
 		}
-		m = s.meter()
-		d, err = process(ctx, s.js, p, uint64(n))
-		if err != nil {
+		if err := timed("seamguard processor", &res.SeamguardRounds, func() (time.Duration, error) {
+			return process(ctx, s.js, p, uint64(n))
+		}); err != nil {
 			return res, err
 		}
-		res.SeamguardRounds = append(res.SeamguardRounds, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
 		res.CaughtUp += p.Stats().CaughtUp
 		if err := checkIngest(ctx, s.js, pcfg, &res); err != nil {
 			return res, err
