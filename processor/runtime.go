@@ -212,10 +212,13 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// What was delivered before this instance began and is still pending
 	// must be in the window before anything delivered here is acknowledged.
 	if horizon > 0 {
-		p.adopt(hard, cons, win, floor, horizon, send)
+		for _, m := range p.adopt(hard, cons, win, floor, horizon) {
+			send(m.markSubject, m)
+		}
 	}
 	dispatch := func(msg jetstream.Msg) {
 		meta, merr := msg.Metadata()
+		var marks []delivery
 		if merr == nil {
 			if meta.Sequence.Consumer != lastDelivery+1 {
 				delivered, floor := p.delivered(hard, cons)
@@ -225,7 +228,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 						"consumer", name, "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
 				}
 				horizon = max(horizon, h)
-				p.adopt(hard, cons, win, floor, h, send)
+				marks = p.adopt(hard, cons, win, floor, h)
 			}
 			lastDelivery = meta.Sequence.Consumer
 		}
@@ -235,6 +238,11 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 			win.add(meta.Sequence.Stream, msg)
 		}
 		send(msg.Subject(), d)
+		// The markers follow the message that showed the break, so that it
+		// is decided on its own delivery, not caught up ahead of it.
+		for _, m := range marks {
+			send(m.markSubject, m)
+		}
 	}
 
 	// Fetch in batches rather than keep a pull request open: a fetch ends
@@ -373,17 +381,18 @@ func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) (del
 // adopt makes win hold every input of cons in (floor, upto]: after a break
 // in delivery (or at the start, with inputs pending), the server holds them
 // pending, delivered elsewhere or here, and an ack may not cover them until
-// they are applied. Each session among them is sent a marker: its shard
-// catches it up from the stream past them and then finishes them (see
-// handle). An input whose subject names no valid session waits for its
-// redelivery. A window of explicit acks needs none of this.
-func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ackWindow, floor, upto uint64, send func(string, delivery)) {
+// they are applied. It returns a marker for each session among them, for
+// the caller to send to its shard, which catches the session up from the
+// stream past them and then finishes them (see handle). An input whose
+// subject names no valid session waits for its redelivery. A window of
+// explicit acks needs none of this.
+func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ackWindow, floor, upto uint64) []delivery {
 	if win.explicit {
-		return
+		return nil
 	}
 	win.prune(floor)
 	if upto <= floor {
-		return
+		return nil
 	}
 	filter := cons.CachedInfo().Config.FilterSubject
 	bySubject := map[string][]uint64{}
@@ -391,7 +400,7 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 	for seq := floor + 1; seq <= upto; {
 		raw, err := p.nextMsg(ctx, seq, filter)
 		if err != nil {
-			return // stopping: nothing more is acknowledged
+			return nil // stopping: nothing more is acknowledged
 		}
 		if raw == nil || raw.Sequence > upto {
 			break
@@ -404,9 +413,11 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 		seq = raw.Sequence + 1
 	}
 	now := time.Now()
+	marks := make([]delivery, 0, len(order))
 	for _, subj := range order {
-		send(subj, delivery{win: win, mark: bySubject[subj], markSubject: subj, horizon: upto, at: now})
+		marks = append(marks, delivery{win: win, mark: bySubject[subj], markSubject: subj, horizon: upto, at: now})
 	}
+	return marks
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither
