@@ -994,7 +994,7 @@ func TestReadmeNamesTheFiles(t *testing.T) {
 			t.Errorf("deploy/README.md names %s, which does not exist", path[1])
 		}
 	}
-	for _, want := range [][]byte{[]byte("docker compose up"), []byte("PinnedTTL"), []byte("Docker")} {
+	for _, want := range [][]byte{[]byte("docker compose up"), []byte("LeaseTTL"), []byte("Docker")} {
 		if !bytes.Contains(b, want) {
 			t.Errorf("deploy/README.md does not mention %s", want)
 		}

@@ -388,7 +388,7 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 	})
 
 	t.Run("processor consumes", func(t *testing.T) {
-		// As processor.Run does: a durable consumer per partition, pinned.
+		// As processor.Run does: a durable consumer per partition.
 		cfg := processor.Config{}
 		subj := cfg.Subjects()
 		part := subj.Partition("s1")
@@ -402,8 +402,8 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 		if cons == nil {
 			t.FailNow()
 		}
-		proc.allowed(t, "fetch (pinned) and acknowledge an event", func(ctx context.Context) error {
-			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second), jetstream.FetchPriorityGroup(processor.DefaultDurable))
+		proc.allowed(t, "fetch and acknowledge an event", func(ctx context.Context) error {
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {
 				return err
 			}
@@ -775,26 +775,16 @@ func readLines(t *testing.T, path string) []string {
 // partitionConsumer creates the durable consumer of partition part as
 // processor.Run does.
 func partitionConsumer(ctx context.Context, js jetstream.JetStream, part int) (jetstream.Consumer, error) {
-	cfg := processor.Config{}
-	return js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{
-		Durable:        cfg.ConsumerName(part),
-		FilterSubject:  cfg.Subjects().PartitionFilter(part),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        time.Minute,
-		MaxDeliver:     -1,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{processor.DefaultDurable},
-		PinnedTTL:      processor.DefaultPinnedTTL,
-	})
+	return js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", processor.Config{}.ConsumerConfig(part))
 }
 
 // TestPartitionedEventsPermissions checks the partitioned events stream
 // against the permissions: agents publish on seamguard.events.<session>, the
 // stream stores seamguard.partitioned.<p>.<session> with p = FNV-32a(session)
 // mod 16, the processor consumes each partition through its durable
-// seamguard-p<p> with a pinned priority group, sees the pinning advisories,
-// and can hand a partition over; nobody else can touch those consumers.
+// seamguard-p<p>, holding the partition's lease in the leases bucket, and
+// can hand a partition over; nobody else can touch those consumers or
+// leases.
 func TestPartitionedEventsPermissions(t *testing.T) {
 	s := startStandalone(t)
 	proc := connect(t, s, "processor", processorPassword)
@@ -816,7 +806,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 	if tr := stream.CachedInfo().Config.SubjectTransform; tr == nil || !strings.Contains(tr.Destination, fmt.Sprintf("{{partition(%d,1)}}", parts)) {
 		t.Fatalf("the events stream has transform %+v, want {{partition(%d,1)}}", tr, parts)
 	}
-	proc.allowed(t, "create a pinned durable consumer per partition", func(ctx context.Context) error {
+	proc.allowed(t, "create a durable consumer per partition", func(ctx context.Context) error {
 		for part := range parts {
 			if _, err := partitionConsumer(ctx, proc.js, part); err != nil {
 				return err
@@ -824,15 +814,45 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 		}
 		return nil
 	})
-	var pinned, unpinned *nats.Subscription
-	proc.allowed(t, "follow partition pinning advisories", func(ctx context.Context) error {
+	// The leases, as processor.Run keeps them: take, renew, count the
+	// instances from the bucket's stream, read, hand over.
+	var rev uint64
+	proc.allowed(t, "take a partition's lease", func(ctx context.Context) error {
 		var err error
-		if pinned, err = proc.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.PINNED.SEAMGUARD_EVENTS.*"); err != nil {
-			return err
-		}
-		unpinned, err = proc.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.UNPINNED.SEAMGUARD_EVENTS.*")
+		rev, err = res.Leases.Create(ctx, "p3", []byte("instance-a"))
 		return err
 	})
+	proc.allowed(t, "renew it", func(ctx context.Context) error {
+		var err error
+		rev, err = res.Leases.Update(ctx, "p3", []byte("instance-a"), rev)
+		return err
+	})
+	proc.allowed(t, "announce an instance and count the instances", func(ctx context.Context) error {
+		if _, err := res.Leases.Put(ctx, "m.instance-a", []byte("instance-a")); err != nil {
+			return err
+		}
+		str, err := proc.js.Stream(ctx, "KV_seamguard-leases")
+		if err != nil {
+			return err
+		}
+		info, err := str.Info(ctx, jetstream.WithSubjectFilter("$KV.seamguard-leases.m.*"))
+		if err != nil {
+			return err
+		}
+		if len(info.State.Subjects) != 1 {
+			return fmt.Errorf("listed %v", info.State.Subjects)
+		}
+		_, err = res.Leases.Get(ctx, "m.instance-a")
+		return err
+	})
+	proc.allowed(t, "hand the partition over", func(ctx context.Context) error {
+		return res.Leases.Delete(ctx, "p3", jetstream.LastRevision(rev))
+	})
+	for _, who := range []*client{agent, op} {
+		who.denied(t, "take a partition's lease", "$KV.seamguard-leases.p3", false, func(ctx context.Context) error {
+			return who.nc.Publish("$KV.seamguard-leases.p3", []byte("forged"))
+		})
+	}
 
 	sessions := []string{"s1", "ops-agent-42", "b", "a-much-longer-session-id_with_underscores"}
 	partitions := map[string]bool{}
@@ -858,10 +878,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 			}
 			return err
 		})
-		proc.allowed(t, "fetch it pinned from "+name+" and acknowledge", func(ctx context.Context) error {
-			// One handle per consumer: the handle keeps the pin the server
-			// gave it, and a second handle of a pinned consumer gets
-			// nothing until the pin expires.
+		proc.allowed(t, "fetch it from "+name+" and acknowledge", func(ctx context.Context) error {
 			cons, ok := handles[name]
 			if !ok {
 				var err error
@@ -870,7 +887,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 				}
 				handles[name] = cons
 			}
-			batch, err := cons.Fetch(1, jetstream.FetchPriorityGroup(processor.DefaultDurable), jetstream.FetchMaxWait(5*time.Second))
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {
 				return err
 			}
@@ -880,10 +897,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 				if m.Subject() != want {
 					return fmt.Errorf("got %s", m.Subject())
 				}
-				if m.Headers().Get("Nats-Pin-Id") == "" {
-					return errors.New("delivered without a pin id")
-				}
-				if err := m.DoubleAck(ctx); err != nil {
+				if err := m.Ack(); err != nil {
 					return err
 				}
 			}
@@ -893,34 +907,14 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 			return nil
 		})
 	}
-	for len(partitions) > 0 {
-		m, err := pinned.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("no PINNED advisory for %v: %v", partitions, err)
-		}
-		delete(partitions, m.Subject[strings.LastIndex(m.Subject, ".")+1:])
-	}
 	p1 := cfg.ConsumerName(cfg.Subjects().Partition("s1"))
-	proc.allowed(t, "unpin "+p1+" (hand the partition over)", func(ctx context.Context) error {
-		return stream.UnpinConsumer(ctx, p1, processor.DefaultDurable)
-	})
-	if m, err := unpinned.NextMsg(5 * time.Second); err != nil || !strings.HasSuffix(m.Subject, "."+p1) {
-		t.Errorf("UNPINNED advisory for %s: %v, %v", p1, m, err)
-	}
 
 	agent.denied(t, "publish on a partition subject", "seamguard.partitioned.3.s1", false, func(ctx context.Context) error {
 		return agent.nc.Publish("seamguard.partitioned.3.s1", []byte(`{}`))
 	})
 	op.denied(t, "pull from a partition consumer", "$JS.API.CONSUMER.MSG.NEXT.SEAMGUARD_EVENTS."+p1, true, func(ctx context.Context) error {
-		_, err := op.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.SEAMGUARD_EVENTS."+p1, []byte(`{"batch":1,"no_wait":true,"group":"seamguard"}`))
+		_, err := op.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.SEAMGUARD_EVENTS."+p1, []byte(`{"batch":1,"no_wait":true}`))
 		return err
-	})
-	op.denied(t, "unpin a partition consumer", "$JS.API.CONSUMER.UNPIN.SEAMGUARD_EVENTS."+p1, true, func(ctx context.Context) error {
-		st, err := op.js.Stream(ctx, "SEAMGUARD_EVENTS")
-		if err != nil {
-			return err
-		}
-		return st.UnpinConsumer(ctx, p1, processor.DefaultDurable)
 	})
 	op.denied(t, "replace a partition consumer", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS.seamguard-p0", true, func(ctx context.Context) error {
 		_, err := op.js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{Durable: "seamguard-p0", FilterSubject: "seamguard.partitioned.0.*"})

@@ -44,7 +44,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Partitions = 8
 	cfg.AckWait = 2 * time.Second
-	cfg.PinnedTTL = 2 * time.Second
+	cfg.LeaseTTL = 2 * time.Second
 
 	// The reference: one instance on one server.
 	ref := func() outcome {
@@ -116,11 +116,11 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 
 // TestFailoverTime kills the instance that owns a partition and measures how
 // long until the other instance decides a new request of that partition:
-// PinnedTTL plus the time to notice.
+// LeaseTTL plus the time to notice.
 func TestFailoverTime(t *testing.T) {
 	e := newEnv(t)
 	cfg := baseConfig()
-	cfg.PinnedTTL = 2 * time.Second
+	cfg.LeaseTTL = 2 * time.Second
 	// The owner has a connection of its own, which dies with it.
 	anc, err := nats.Connect(e.Server.ClientURL())
 	require.NoError(t, err)
@@ -147,12 +147,12 @@ func TestFailoverTime(t *testing.T) {
 	req.Header.Set("Content-Type", "application/cloudevents+json")
 	req.Data = []byte(`{"specversion":"1.0","id":"r1","source":"urn:t","type":"io.seamguard.compaction.requested","subject":"fo","data":{"request_id":"r","summarizer_input":{"start":0,"end":0},"summary_range":{"start":0,"end":0},"tail_start":0}}`)
 	e.publishAll(t, []*nats.Msg{req})
-	waitFor(t, cfg.PinnedTTL+15*time.Second, "the verdict after failover", func() bool {
+	waitFor(t, cfg.LeaseTTL+15*time.Second, "the verdict after failover", func() bool {
 		return e.streamInfo(t, cfg.Names().Verdicts).State.Msgs >= 1
 	})
 	took := time.Since(killed)
-	t.Logf("failover: the surviving instance decided the first new request %s after the owner was killed (PinnedTTL %s)", took.Round(10*time.Millisecond), cfg.PinnedTTL)
-	require.Less(t, took, cfg.PinnedTTL+5*time.Second)
+	t.Logf("failover: the surviving instance decided the first new request %s after the owner was killed (LeaseTTL %s)", took.Round(10*time.Millisecond), cfg.LeaseTTL)
+	require.Less(t, took, cfg.LeaseTTL+5*time.Second)
 	require.Equal(t, uint64(1), b.p.Stats().Handled)
 	require.NoError(t, b.stop(t))
 }

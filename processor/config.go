@@ -26,13 +26,14 @@ const (
 	DefaultReplicas           = 1
 	DefaultSpillRetries       = 3
 	DefaultPartitions         = 8
-	DefaultPinnedTTL          = 15 * time.Second
+	DefaultLeaseTTL           = 15 * time.Second
 )
 
 // Config configures a Processor. Its zero value is a working single-server
 // setup with the names of CONTRACT.md: prefix "seamguard", streams
-// SEAMGUARD_EVENTS and SEAMGUARD_VERDICTS, bucket seamguard-sessions and
-// object store seamguard-spills. Call Validate to see every problem at once.
+// SEAMGUARD_EVENTS and SEAMGUARD_VERDICTS, bucket seamguard-sessions,
+// object store seamguard-spills and the partition leases' bucket
+// seamguard-leases. Call Validate to see every problem at once.
 type Config struct {
 	// Prefix is the first token(s) of every subject and the stem of every
 	// stream, bucket and object store name; empty means "seamguard".
@@ -61,19 +62,21 @@ type Config struct {
 	// Partitions is the number of partitions sessions are spread over; 0
 	// means 8. Every partition's consumer scans the stream for its own
 	// subjects, so the broker's cost per event grows with the count: use
-	// as many as instances are to share the load, not more. Each partition is stored under its own subjects and read
-	// through its own durable consumer, "<Durable>-p<n>", with a pinned
-	// priority group: one instance at a time consumes a partition, and
-	// another takes over when it stops pulling for PinnedTTL. Changing it
-	// changes where the events stream stores events: Provision refuses to
-	// change it on an existing stream.
+	// as many as instances are to share the load, not more. Each partition
+	// is stored under its own subjects and read through its own durable
+	// consumer, "<Durable>-p<n>", by the one instance that holds its lease
+	// in the leases bucket (see LeaseTTL). Changing it changes where the
+	// events stream stores events: Provision refuses to change it on an
+	// existing stream.
 	Partitions int
-	// PinnedTTL is how long a partition stays pinned to an instance that
-	// stopped pulling, and so bounds failover; 0 means 15s.
-	PinnedTTL time.Duration
+	// LeaseTTL is how long a partition's lease outlives the last renewal
+	// of an instance that stopped (it renews every LeaseTTL/4), and so
+	// bounds failover; 0 means 15s. It is the leases bucket's MaxAge, so
+	// every instance of a deployment must use the same.
+	LeaseTTL time.Duration
 
-	// Durable is the stem of the events consumers' names and the name of
-	// their priority group; empty means "seamguard".
+	// Durable is the stem of the events consumers' names; empty means
+	// "seamguard".
 	Durable string
 	// Shards is the number of owner goroutines; 0 means 8. A session always
 	// goes to the same shard.
@@ -145,7 +148,7 @@ func (c Config) withDefaults() Config {
 	}
 	set(&c.SpillRetries, DefaultSpillRetries)
 	set(&c.Partitions, DefaultPartitions)
-	setD(&c.PinnedTTL, DefaultPinnedTTL)
+	setD(&c.LeaseTTL, DefaultLeaseTTL)
 	return c
 }
 
@@ -166,8 +169,8 @@ func (c Config) Validate() error {
 	if c.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("processor: Partitions is %d; use at most 1024 (each is a consumer)", c.Partitions))
 	}
-	if c.PinnedTTL > 0 && c.PinnedTTL < time.Second {
-		errs = append(errs, fmt.Errorf("processor: PinnedTTL %s is under a second; partitions would move between instances that are merely busy", c.PinnedTTL))
+	if c.LeaseTTL > 0 && c.LeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("processor: LeaseTTL %s is under a second; partitions would move between instances that are merely slow to renew", c.LeaseTTL))
 	}
 	if c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("processor: Replicas is %d; JetStream allows at most 5", c.Replicas))
@@ -175,7 +178,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"PinnedTTL", c.PinnedTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}} {
+	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
 		}
@@ -234,17 +237,14 @@ func (c Config) ConsumerConfig(p int) jetstream.ConsumerConfig {
 		ackPolicy = jetstream.AckExplicitPolicy
 	}
 	return jetstream.ConsumerConfig{
-		Durable:        c.ConsumerName(p),
-		Description:    "seamguard processor",
-		FilterSubject:  filter,
-		AckPolicy:      ackPolicy,
-		AckWait:        c.AckWait,
-		MaxAckPending:  c.MaxAckPending,
-		MaxDeliver:     -1,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{c.Durable},
-		PinnedTTL:      c.PinnedTTL,
+		Durable:       c.ConsumerName(p),
+		Description:   "seamguard processor",
+		FilterSubject: filter,
+		AckPolicy:     ackPolicy,
+		AckWait:       c.AckWait,
+		MaxAckPending: c.MaxAckPending,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 }
 
@@ -254,6 +254,7 @@ type Names struct {
 	Verdicts string // verdict stream
 	Sessions string // KV bucket of snapshots
 	Spills   string // object store
+	Leases   string // KV bucket of partition leases and instances
 }
 
 // Names derives the resource names from the prefix: "seamguard" gives
@@ -270,5 +271,6 @@ func (c Config) Names() Names {
 		Verdicts: stem + "_VERDICTS",
 		Sessions: bucket + "-sessions",
 		Spills:   bucket + "-spills",
+		Leases:   bucket + "-leases",
 	}
 }

@@ -135,7 +135,7 @@ func TestCrashAndRestart(t *testing.T) {
 		// A second instance joins mid-run and waits, unpinned; the first
 		// then dies holding the partition and unacknowledged deliveries.
 		// The server gives the partition to the second once the first has
-		// not pulled for PinnedTTL; the second catches up from the stream.
+		// not pulled for LeaseTTL; the second catches up from the stream.
 		cfg := cfg
 		cfg.MaxAckPending = 50 // keeps the first busy until the end
 		var second *running

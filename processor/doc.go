@@ -2,9 +2,10 @@
 // all the I/O around the pure core of package ledger.
 //
 // Provision creates (or checks and updates) the events stream, the verdict
-// stream, the session bucket and the spill object store. A Processor then
-// consumes the events stream with one durable pull consumer per partition
-// (and one for events whose subject names no session), fetching in batches. A dispatcher hashes each message's subject to one of a fixed set of
+// stream, the session bucket, the spill object store and the leases bucket.
+// A Processor then consumes the events stream with one durable pull
+// consumer per partition (and one for events whose subject names no
+// session), fetching in batches. A dispatcher hashes each message's subject to one of a fixed set of
 // shards; each shard is one goroutine with a bounded queue that owns its
 // sessions' ledgers outright (no locks, per-session order, no goroutine per
 // message).
@@ -48,6 +49,16 @@
 // Transient failures (publish, bucket, a lost connection) are retried in place
 // with backoff, so the session's order never changes; the ack deadline is
 // extended while a spill runs.
+//
+// Where several instances run, each consumes only the partitions whose
+// lease it holds (lease.go): a key per partition in the leases bucket,
+// created when free, renewed by compare-and-swap every TTL/4, and left to
+// expire (the bucket's age limit is the TTL) by an instance that died. Each
+// instance announces itself there too and takes its fair share of the
+// partitions; one that holds more hands the surplus over once the fetch
+// under way has ended, and a drain hands everything over. A fetch waits for
+// messages only until shortly before its lease could expire, so the server
+// sends nothing to an instance that may have lost the partition.
 //
 // Ownership moves (a partition changing hands, a lost delivery, a crash)
 // show as a break in an instance's delivery sequence. After one, a session

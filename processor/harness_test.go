@@ -32,9 +32,9 @@ func fixedNow() time.Time { return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 // baseConfig is the configuration of most tests: file storage (the real
 // thing), a fixed source, everything else at its default.
 // baseConfig puts every session in one partition, so that one consumer
-// (durable(cfg)) sees every valid event, with a short PinnedTTL.
+// (durable(cfg)) sees every valid event, with a short LeaseTTL.
 func baseConfig() processor.Config {
-	return processor.Config{Source: testSource, Partitions: 1, PinnedTTL: 2 * time.Second}
+	return processor.Config{Source: testSource, Partitions: 1, LeaseTTL: 2 * time.Second}
 }
 
 // env is one in-process nats-server with a client connection.

@@ -21,10 +21,11 @@ type Resources struct {
 	Verdicts jetstream.Stream
 	Sessions jetstream.KeyValue
 	Spills   jetstream.ObjectStore
+	Leases   jetstream.KeyValue
 }
 
-// Provision creates the streams, the session bucket and the spill object
-// store of c, or checks and updates existing ones. It is idempotent. Settings
+// Provision creates the streams, the session and lease buckets and the
+// spill object store of c, or checks and updates existing ones. It is idempotent. Settings
 // that JetStream can change in place (retention age, dedupe window, replicas)
 // are updated to c; a difference that cannot be changed in place, or that
 // would change what the resource holds (subjects, storage type, retention
@@ -111,6 +112,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		}
 	case err != nil:
 		return nil, fmt.Errorf("processor: object store %s: %w", n.Spills, err)
+	}
+	// The leases hold nothing that outlives LeaseTTL: the bucket's age
+	// limit is kept equal to it, created or updated in place.
+	res.Leases, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: n.Leases, Description: "seamguard: which instance consumes each partition, and the live instances",
+		History: 1, TTL: c.LeaseTTL, Storage: storage, Replicas: c.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("processor: bucket %s: %w", n.Leases, err)
 	}
 	return &res, nil
 }

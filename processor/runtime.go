@@ -39,6 +39,7 @@ type Processor struct {
 
 	mu    sync.Mutex
 	abort context.CancelFunc
+	lease *leases
 
 	running                             atomic.Bool
 	handled, fenced, reloaded, caughtUp atomic.Uint64
@@ -96,10 +97,11 @@ func (p *Processor) Config() Config { return p.cfg }
 // returns nil. It returns an error if a consumer cannot be created or the
 // processor hits a failure it cannot retry. Abort stops it without draining.
 //
-// Run consumes every partition through its durable consumer, in the
-// consumers' pinned priority group: where several instances run, the server
-// gives each partition to one of them at a time, and to another when that
-// one stops pulling for PinnedTTL.
+// Run consumes every partition whose lease it holds through the
+// partition's durable consumer: where several instances run, each holds
+// its fair share of the partitions' leases, and a partition whose holder
+// stopped is taken over when its lease expires (LeaseTTL). A drain hands
+// the partitions over at its end, at once.
 func (p *Processor) Run(ctx context.Context) error {
 	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -125,6 +127,28 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		consumers = append(consumers, cons)
 	}
+	kstream, err := p.js.Stream(ctx, "KV_"+p.cfg.Names().Leases)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("processor: bucket %s: %w", p.cfg.Names().Leases, err)
+	}
+	lease := newLeases(p.res.Leases, kstream, p.cfg.Names().Leases, p.cfg.Partitions, p.cfg.LeaseTTL, p.log)
+	p.mu.Lock()
+	p.lease = lease
+	p.mu.Unlock()
+	leaseCtx, stopLeases := context.WithCancel(hard)
+	leasesDone := make(chan struct{})
+	go func() {
+		defer close(leasesDone)
+		lease.run(leaseCtx)
+	}()
+	defer func() {
+		stopLeases()
+		<-leasesDone
+	}()
+
 	shards := make([]*shard, p.cfg.Shards)
 	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
@@ -141,11 +165,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.log.Info("processor running", "stream", p.cfg.Names().Events, "partitions", p.cfg.Partitions, "shards", p.cfg.Shards)
 	var fetchers sync.WaitGroup
-	for _, cons := range consumers {
+	for i, cons := range consumers {
 		fetchers.Add(1)
 		go func() {
 			defer fetchers.Done()
-			if err := p.fetch(ctx, hard, cons, shards); err != nil {
+			if err := p.fetch(ctx, hard, cons, i-1, lease, shards); err != nil {
 				errs <- err
 				cancel()
 			}
@@ -162,14 +186,25 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err := <-errs; err != nil {
 		return err
 	}
+	// Drained: everything fetched here is acknowledged. Hand the
+	// partitions over now rather than let their leases expire.
+	stopLeases()
+	<-leasesDone
+	if hard.Err() == nil {
+		rctx, cancel := context.WithTimeout(hard, 5*time.Second)
+		lease.releaseAll(rctx)
+		cancel()
+	}
 	p.log.Info("processor stopped")
 	return nil
 }
 
 // fetch pulls one consumer's messages and hands them to their shards until
-// ctx (drain) or hard (abort) ends. It returns an error only when the
+// ctx (drain) or hard (abort) ends, while this instance holds the lease of
+// its partition, part (-1 for the consumer of subjects that name no
+// session, which every instance reads). It returns an error only when the
 // consumer is gone.
-func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, shards []*shard) error {
+func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, part int, lease *leases, shards []*shard) error {
 	name := cons.CachedInfo().Name
 	// A message delivered before but not acknowledged (to a process that
 	// died, to an instance that lost the partition, or lost on the way with
@@ -183,24 +218,12 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// breaks, which is how a lost delivery or a partition that changed hands
 	// shows.
 	//
-	// Before the first fetch, the consumer's state says what was delivered
-	// before this instance began: if some of it is unacknowledged, horizon
-	// starts at the highest stream sequence delivered; if none is, nothing
-	// can be pending elsewhere and horizon starts at 0. Either way the first
-	// delivery must follow on from that state, or the sequence has broken.
-	either, stop := context.WithCancel(hard)
-	defer context.AfterFunc(ctx, stop)()
-	horizon, lastDelivery, floor, err := p.startState(either, cons)
-	stopped := either.Err() != nil
-	stop()
-	switch {
-	case err != nil && stopped:
-		return nil // stopped before it began
-	case err != nil:
-		err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, err)
-		p.log.Error("consumer stopped", "err", err)
-		return err
-	}
+	// Before the first fetch after taking the partition's lease, the
+	// consumer's state says what was delivered before: if some of it is
+	// unacknowledged, horizon rises to the highest stream sequence
+	// delivered; if none is, nothing can be pending elsewhere. Either way
+	// the next delivery must follow on from that state, or the sequence has
+	// broken.
 	win := &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}
 	send := func(subject string, d delivery) {
 		s := shards[shardOf(subject, len(shards))]
@@ -209,11 +232,41 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 		case <-hard.Done():
 		}
 	}
-	// What was delivered before this instance began and is still pending
-	// must be in the window before anything delivered here is acknowledged.
-	if horizon > 0 {
-		for _, m := range p.adopt(hard, cons, win, floor, horizon) {
-			send(m.markSubject, m)
+	var horizon, lastDelivery uint64
+	// takeOver reads the consumer's state when this instance begins to
+	// consume it (at the start, or on taking the partition's lease): what
+	// was delivered before and is still pending must be in the window
+	// before anything delivered here is acknowledged.
+	errStopped := errors.New("stopped")
+	takeOver := func() error {
+		either, stop := context.WithCancel(hard)
+		defer context.AfterFunc(ctx, stop)()
+		h, last, floor, err := p.startState(either, cons)
+		stopped := either.Err() != nil
+		stop()
+		switch {
+		case err != nil && stopped:
+			return errStopped
+		case err != nil:
+			err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, err)
+			p.log.Error("consumer stopped", "err", err)
+			return err
+		}
+		lastDelivery = last
+		if h > 0 {
+			horizon = max(horizon, h)
+			for _, m := range p.adopt(hard, cons, win, floor, h) {
+				send(m.markSubject, m)
+			}
+		}
+		return nil
+	}
+	if part < 0 {
+		if err := takeOver(); err != nil {
+			if err == errStopped {
+				return nil // stopped before it began
+			}
+			return err
 		}
 	}
 	dispatch := func(msg jetstream.Msg) {
@@ -256,6 +309,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	// listing) is never delivered here again: while the window is blocked,
 	// the consumer's ack floor is read now and then, and what is at or
 	// below it is dropped from the window.
+	owned := false // the lease was held at the last look
 	lastPrune := time.Now()
 	unblock := func() {
 		if win.explicit || time.Since(lastPrune) < pruneEvery || !win.blocked() {
@@ -270,7 +324,29 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 	}
 	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
 		unblock()
-		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(fetchWait), jetstream.FetchPriorityGroup(p.cfg.Durable))
+		wait := fetchWait
+		if part >= 0 {
+			w, ok := lease.begin(part, fetchWait)
+			if !ok {
+				owned = false
+				if sleep(hard, leaseIdle) != nil {
+					return nil
+				}
+				continue
+			}
+			wait = w
+			if !owned {
+				if err := takeOver(); err != nil {
+					lease.end(part)
+					if err == errStopped {
+						return nil
+					}
+					return err
+				}
+				owned = true
+			}
+		}
+		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(wait))
 		if err == nil {
 			msgs := batch.Messages()
 		recv:
@@ -287,11 +363,11 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, sh
 			}
 			err = batch.Error()
 		}
-		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrPinIDMismatch) {
-			if err != nil && hard.Err() == nil {
-				p.log.Debug("the partition is pinned to another instance", "consumer", name)
-			}
-			attempt = 0 // another instance holds the partition, or nothing came
+		if part >= 0 {
+			lease.end(part)
+		}
+		if err == nil || hard.Err() != nil {
+			attempt = 0
 			continue
 		}
 		if _, ierr := cons.Info(hard); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
@@ -335,6 +411,10 @@ func (p *Processor) Stats() Stats {
 // fetchWait is how long one fetch waits for messages, and so the longest a
 // drain waits for the fetch in flight.
 const fetchWait = time.Second
+
+// leaseIdle is how often a fetcher looks again whether its partition's
+// lease is held here.
+const leaseIdle = 50 * time.Millisecond
 
 // pruneEvery is how often a blocked ack window reads its consumer's ack
 // floor (see fetch).

@@ -96,3 +96,38 @@ func TestRunNamesTheFixForAnOldAckPolicy(t *testing.T) {
 	require.ErrorContains(t, err, "nats consumer rm "+cfg.Names().Events+" "+old.Durable)
 	require.ErrorContains(t, err, "AckExplicit")
 }
+
+// TestRunTakesOverAPinnedConsumer: a partition consumer left by a version
+// that had a pinned priority group is changed in place (the group removed),
+// and every input is decided as on fresh consumers.
+func TestRunTakesOverAPinnedConsumer(t *testing.T) {
+	w := genWorkload(10)
+	cfg := baseConfig()
+	ref := func() outcome {
+		e := newEnv(t)
+		r := e.start(t, cfg)
+		e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
+		e.waitIdle(t, cfg, time.Minute)
+		require.NoError(t, r.stop(t))
+		return e.outcome(t, cfg)
+	}()
+
+	e := newEnv(t)
+	_, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	old := cfg.ConsumerConfig(0)
+	old.PriorityPolicy = jetstream.PriorityPolicyPinned
+	old.PriorityGroups = []string{"seamguard"}
+	old.PinnedTTL = 15 * time.Second
+	_, err = e.JS.CreateConsumer(e.ctx, cfg.Names().Events, old)
+	require.NoError(t, err)
+	r := e.start(t, cfg)
+	e.publishAll(t, msgsOf(t, w, cfg.Subjects()))
+	e.waitIdle(t, cfg, time.Minute)
+	require.NoError(t, r.stop(t))
+	requireSameOutcome(t, ref, e.outcome(t, cfg))
+	cons, err := e.JS.Consumer(e.ctx, cfg.Names().Events, old.Durable)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.PriorityPolicyNone, cons.CachedInfo().Config.PriorityPolicy)
+	require.Empty(t, cons.CachedInfo().Config.PriorityGroups)
+}

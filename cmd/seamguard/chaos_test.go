@@ -170,7 +170,7 @@ func (p *procRunner) start() {
 	defer p.mu.Unlock()
 	p.n++
 	cmd := exec.Command(p.bin, "serve", "--nats-url", p.url, "--source", "urn:seamguard:test",
-		"--shards", "4", "--ack-wait", "2s", "--pinned-ttl", "1s", "--log-level", "warn")
+		"--shards", "4", "--ack-wait", "2s", "--lease-ttl", "1s", "--log-level", "warn")
 	fmt.Fprintf(&p.logs, "--- process %d\n", p.n)
 	cmd.Stdout, cmd.Stderr = &syncWriter{mu: &p.mu, w: &p.logs}, &syncWriter{mu: &p.mu, w: &p.logs}
 	require.NoError(p.t, cmd.Start())

@@ -34,7 +34,7 @@ func startDeployment(t *testing.T) *deployment {
 	srv := embedded.StartTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	fixed := func() time.Time { return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC) }
-	p, err := processor.New(ctx, srv.JS, processor.Config{Source: "urn:seamguard:test", PinnedTTL: 2 * time.Second}, processor.WithClock(fixed))
+	p, err := processor.New(ctx, srv.JS, processor.Config{Source: "urn:seamguard:test", LeaseTTL: 2 * time.Second}, processor.WithClock(fixed))
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

@@ -33,7 +33,8 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.cfg.Replicas, "replicas", 0, "replicas of streams, bucket and object store; 0: 3 on a cluster of 3 or more servers, else 1")
 	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
 	fs.IntVar(&p.cfg.Partitions, "partitions", processor.DefaultPartitions, "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
-	fs.DurationVar(&p.cfg.PinnedTTL, "pinned-ttl", processor.DefaultPinnedTTL, "how long a partition stays with an instance that stopped pulling: the failover time")
+	fs.DurationVar(&p.cfg.LeaseTTL, "lease-ttl", processor.DefaultLeaseTTL, "how long a partition's lease outlives an instance that stopped renewing it: the failover time (the same on every instance)")
+	fs.DurationVar(&p.cfg.LeaseTTL, "pinned-ttl", processor.DefaultLeaseTTL, "the former name of --lease-ttl")
 	p.cfg.EventsMaxAge = processor.DefaultEventsMaxAge
 	fs.Var(durationValue{&p.cfg.EventsMaxAge}, "events-max-age", "how long input events are kept (spills need them), e.g. 7d or 48h")
 	fs.Var(durationValue{&p.cfg.VerdictsMaxAge}, "verdicts-max-age", "how long verdicts are kept; 0 keeps them forever")

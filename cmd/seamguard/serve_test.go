@@ -192,7 +192,7 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	want := offlineVerdicts(t, lines)
 
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "serve", "--nats-url", srv.Server.ClientURL(), "--source", "urn:seamguard:test", "--shards", "4", "--ack-wait", "2s", "--pinned-ttl", "2s", "--log-level", "warn")
+		cmd := exec.Command(bin, "serve", "--nats-url", srv.Server.ClientURL(), "--source", "urn:seamguard:test", "--shards", "4", "--ack-wait", "2s", "--lease-ttl", "2s", "--log-level", "warn")
 		var logs bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		require.NoError(t, cmd.Start())

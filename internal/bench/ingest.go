@@ -36,8 +36,7 @@ type IngestResult struct {
 	RawPerSec float64 `json:"raw_per_sec"`
 	// Layout reads the processor's events stream through consumers laid
 	// out as the processor's are (one per partition plus one for subjects
-	// without a session, filtered, in a pinned priority group), fetching
-	// as the processor does and acknowledging as it does (a partition's
+	// without a session, filtered), fetching as the processor does and acknowledging as it does (a partition's
 	// batch by its last message, AckAll), with no processing: what the
 	// broker costs for that layout.
 	LayoutPerSec    float64 `json:"layout_per_sec"`
@@ -390,7 +389,7 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 			// acknowledged by its last message.
 			all := c.CachedInfo().Config.AckPolicy == jetstream.AckAllPolicy
 			for got.Load() < int64(n) && rctx.Err() == nil {
-				batch, err := c.Fetch(cfg.MaxBatch*2, jetstream.FetchMaxWait(100*time.Millisecond), jetstream.FetchPriorityGroup(cfg.Durable))
+				batch, err := c.Fetch(cfg.MaxBatch*2, jetstream.FetchMaxWait(100*time.Millisecond))
 				if err != nil {
 					errs <- err
 					cancel()

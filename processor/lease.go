@@ -1,0 +1,338 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// leases decides which partitions this instance consumes. Each partition
+// has a key "p<n>" in the leases bucket, whose value names its holder; the
+// bucket's MaxAge is the lease TTL, so a key nobody renews disappears and
+// anyone may create it again. Each instance also keeps a key "m.<id>" there,
+// so that all know how many share the partitions and take at most their
+// fair share, handing the rest over.
+//
+// A holder renews its keys by compare-and-swap every TTL/4, and fetches a
+// partition only while its last renewal is recent enough that the key
+// cannot have expired before a fetch begun now has ended (see begin). So a
+// new holder's first fetch comes after the old holder's last one began: at
+// most one fetch in flight overlaps, and the session fence (compare-and-swap
+// on the session state) keeps that harmless.
+type leases struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream // the bucket's stream, for the member count
+	bucket string
+	id     string
+	ttl    time.Duration
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu    sync.Mutex
+	parts []leaseState
+	share int // the fair share at the last round, for Stats and tests
+}
+
+// leaseState is one partition's lease as this instance sees it.
+type leaseState struct {
+	held      bool      // this instance holds the key
+	releasing bool      // handing it over: no new fetch begins
+	busy      bool      // a fetch (and the dispatch of its messages) is under way
+	rev       uint64    // revision of the key as last written here
+	renewed   time.Time // when the write of that revision was sent
+}
+
+// newLeases returns the lease keeper of partitions 0..n-1.
+func newLeases(kv jetstream.KeyValue, stream jetstream.Stream, bucket string, n int, ttl time.Duration, log *slog.Logger) *leases {
+	return &leases{
+		kv: kv, stream: stream, bucket: bucket, id: instanceID(), ttl: ttl,
+		log: log, now: time.Now, parts: make([]leaseState, n),
+	}
+}
+
+// instanceID names this instance in the bucket: host, process and a random
+// part, so that a restarted process is a new holder.
+func instanceID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, host)
+	if host == "" {
+		host = "host"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()
+}
+
+func partKey(p int) string { return "p" + strconv.Itoa(p) }
+
+// begin reports whether a fetch of partition p may start now, and if so
+// marks it under way until end and returns how long the fetch may wait for
+// messages. It may not when this instance does not hold the lease, is
+// handing it over, or last renewed it so long ago that the key might expire
+// within 50ms. The wait ends, with a tenth of the TTL to spare, before the
+// key could expire, so that the server sends nothing of this fetch after
+// another instance could have taken the partition.
+func (l *leases) begin(p int, most time.Duration) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	left := l.left(p)
+	if left < 50*time.Millisecond {
+		return 0, false
+	}
+	l.parts[p].busy = true
+	return min(most, left), true
+}
+
+// left is how much longer this instance may fetch partition p: until a
+// tenth of the TTL before its key could expire; zero when it does not hold
+// it or is handing it over. l.mu is held.
+func (l *leases) left(p int) time.Duration {
+	s := &l.parts[p]
+	if !s.held || s.releasing {
+		return 0
+	}
+	return max(s.renewed.Add(l.ttl-l.ttl/10).Sub(l.now()), 0)
+}
+
+// end marks partition p's fetch done.
+func (l *leases) end(p int) {
+	l.mu.Lock()
+	l.parts[p].busy = false
+	l.mu.Unlock()
+}
+
+// held returns the partitions this instance holds.
+func (l *leases) held() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int
+	for p, s := range l.parts {
+		if s.held {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// run keeps the leases until ctx ends, a round every TTL/4.
+func (l *leases) run(ctx context.Context) {
+	every := max(l.ttl/4, 10*time.Millisecond)
+	for {
+		l.round(ctx)
+		if sleep(ctx, every) != nil {
+			return
+		}
+	}
+}
+
+// round renews what is held, announces this instance, and takes or hands
+// over partitions towards the fair share.
+func (l *leases) round(ctx context.Context) {
+	for p := range l.parts {
+		l.renew(ctx, p)
+	}
+	if _, err := l.kv.Put(ctx, "m."+l.id, []byte(l.id)); err != nil && ctx.Err() == nil {
+		l.log.Warn("announcing this instance in the leases bucket failed", "bucket", l.bucket, "err", err)
+	}
+	members, err := l.members(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("counting the instances failed", "bucket", l.bucket, "err", err)
+		}
+		return
+	}
+	share := (len(l.parts) + members - 1) / members
+	l.mu.Lock()
+	l.share = share
+	l.mu.Unlock()
+	held := l.held()
+	// Hand over the partitions beyond the share: those being handed over
+	// already, then idle ones, then those with a fetch under way, the
+	// highest first.
+	if over := len(held) - share; over > 0 {
+		l.mu.Lock()
+		rank := func(p int) int {
+			switch s := l.parts[p]; {
+			case s.releasing:
+				return 0
+			case !s.busy:
+				return 1
+			}
+			return 2
+		}
+		slices.SortStableFunc(held, func(x, y int) int {
+			if c := rank(x) - rank(y); c != 0 {
+				return c
+			}
+			return y - x
+		})
+		l.mu.Unlock()
+		for _, p := range held[:over] {
+			l.release(ctx, p)
+		}
+	}
+	if len(held) >= share {
+		return
+	}
+	// Try the others, starting at a place of this instance's own, so that
+	// instances starting together do not all ask for the same keys.
+	start := int(nuidHash(l.id) % uint32(len(l.parts)))
+	n := len(held)
+	for i := 0; i < len(l.parts) && n < share; i++ {
+		p := (start + i) % len(l.parts)
+		if l.take(ctx, p) {
+			n++
+		}
+	}
+}
+
+func nuidHash(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// renew rewrites a held key with compare-and-swap. A mismatch means the key
+// expired and another instance took it (or this one's last write landed
+// unseen): the key is read to tell which.
+func (l *leases) renew(ctx context.Context, p int) {
+	l.mu.Lock()
+	s := l.parts[p]
+	l.mu.Unlock()
+	if !s.held {
+		return // (one being handed over is renewed until it is deleted)
+	}
+	sent := l.now()
+	rev, err := l.kv.Update(ctx, partKey(p), []byte(l.id), s.rev)
+	if err == nil {
+		l.set(p, func(s *leaseState) { s.rev, s.renewed = rev, sent })
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		e, gerr := l.kv.Get(ctx, partKey(p))
+		if gerr == nil && string(e.Value()) == l.id {
+			// Still this instance's: the last renewal was written but its
+			// answer lost. Renew on that revision at the next round.
+			l.set(p, func(s *leaseState) { s.rev = e.Revision() })
+			return
+		}
+		l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy} })
+		holder := "nobody"
+		if gerr == nil {
+			holder = string(e.Value())
+		}
+		l.log.Warn("lost a partition's lease (it expired)", "partition", p, "holder", holder)
+		return
+	}
+	l.log.Warn("renewing a partition's lease failed; retrying", "partition", p, "err", err)
+}
+
+// take creates partition p's key if no one holds it.
+func (l *leases) take(ctx context.Context, p int) bool {
+	l.mu.Lock()
+	held := l.parts[p].held
+	l.mu.Unlock()
+	if held {
+		return false
+	}
+	sent := l.now()
+	rev, err := l.kv.Create(ctx, partKey(p), []byte(l.id))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			l.log.Warn("taking a partition's lease failed", "partition", p, "err", err)
+		}
+		return false
+	}
+	l.set(p, func(s *leaseState) { *s = leaseState{held: true, busy: s.busy, rev: rev, renewed: sent} })
+	l.log.Info("took a partition", "partition", p, "instance", l.id)
+	return true
+}
+
+// release hands partition p over: no new fetch begins; once the fetch under
+// way (if any) has ended, the key is deleted so that another instance can
+// take it at once. Until then it is left to the next round.
+func (l *leases) release(ctx context.Context, p int) {
+	l.mu.Lock()
+	s := &l.parts[p]
+	if !s.held {
+		l.mu.Unlock()
+		return
+	}
+	s.releasing = true
+	if s.busy {
+		l.mu.Unlock()
+		return
+	}
+	rev := s.rev
+	l.mu.Unlock()
+	err := l.kv.Delete(ctx, partKey(p), jetstream.LastRevision(rev))
+	if err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		l.log.Warn("handing a partition over failed; retrying", "partition", p, "err", err)
+		return
+	}
+	l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy} })
+	if err == nil {
+		l.log.Info("handed a partition over", "partition", p, "instance", l.id)
+	}
+}
+
+// releaseAll hands every held partition over and withdraws this instance:
+// the end of a drain, with no fetch under way.
+func (l *leases) releaseAll(ctx context.Context) {
+	for _, p := range l.held() {
+		l.release(ctx, p)
+	}
+	if err := l.kv.Delete(ctx, "m."+l.id); err != nil && ctx.Err() == nil {
+		l.log.Warn("withdrawing this instance from the leases bucket failed", "err", err)
+	}
+}
+
+func (l *leases) set(p int, f func(*leaseState)) {
+	l.mu.Lock()
+	f(&l.parts[p])
+	l.mu.Unlock()
+}
+
+// members counts the instances whose member key is live (not deleted).
+// The bucket's stream lists the member subjects; a key deleted by a drained
+// instance stays there as a marker until it ages out, so each is read.
+func (l *leases) members(ctx context.Context) (int, error) {
+	prefix := "$KV." + l.bucket + ".m."
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
+	if err != nil {
+		return 0, fmt.Errorf("processor: list the instances in %s: %w", l.bucket, err)
+	}
+	n := 0
+	for subj := range info.State.Subjects {
+		id := strings.TrimPrefix(subj, prefix)
+		if id == l.id {
+			n++
+			continue
+		}
+		if _, err := l.kv.Get(ctx, "m."+id); err == nil {
+			n++
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, fmt.Errorf("processor: read instance %s in %s: %w", id, l.bucket, err)
+		}
+	}
+	return max(n, 1), nil
+}
