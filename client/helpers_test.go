@@ -34,7 +34,7 @@ type seamguard struct {
 // processorConfig is the processor configuration of these tests: one
 // partition (one consumer), a short pinned TTL, file storage.
 func processorConfig() processor.Config {
-	return processor.Config{Partitions: 1, PinnedTTL: 2 * time.Second}
+	return processor.Config{Partitions: 1, LeaseTTL: 2 * time.Second}
 }
 
 // startSeamguard starts the server and provisions seamguard's streams;
