@@ -346,7 +346,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 				owned = true
 			}
 		}
-		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(wait))
+		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(wait), jetstream.FetchMaxBytes(p.fetchBytes()))
 		if err == nil {
 			msgs := batch.Messages()
 		recv:
@@ -411,6 +411,23 @@ func (p *Processor) Stats() Stats {
 // fetchWait is how long one fetch waits for messages, and so the longest a
 // drain waits for the fetch in flight.
 const fetchWait = time.Second
+
+// fetchBytes is FetchBytes of this processor.
+func (p *Processor) fetchBytes() int { return FetchBytes(p.js.Conn(), p.cfg) }
+
+// FetchBytes bounds the bytes of one fetch of c's consumers on nc, so that
+// the fetches of every partition at once stay within 32 MiB, well under
+// the 64 MiB a server lets queue for one connection before it cuts the
+// connection off as a slow consumer (big events would otherwise fill it:
+// 2×MaxBatch events of 8 KiB are 8 MiB a partition). It is never under
+// the largest message the server allows.
+func FetchBytes(nc *nats.Conn, c Config) int {
+	c = c.withDefaults()
+	return max(int(nc.MaxPayload()), fetchBudget/(c.Partitions+1))
+}
+
+// fetchBudget is what the fetches of all partitions may bring at once.
+const fetchBudget = 32 << 20
 
 // leaseIdle is how often a fetcher looks again whether its partition's
 // lease is held here.

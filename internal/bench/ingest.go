@@ -385,18 +385,35 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			empty := false // the last fetch brought nothing
 			// As the processor does: an AckAll consumer's batch is
 			// acknowledged by its last message.
 			all := c.CachedInfo().Config.AckPolicy == jetstream.AckAllPolicy
 			for got.Load() < int64(n) && rctx.Err() == nil {
-				batch, err := c.Fetch(cfg.MaxBatch*2, jetstream.FetchMaxWait(100*time.Millisecond))
+				if empty {
+					// Nothing came: done when the consumer has nothing
+					// left (then a lost delivery is reported below,
+					// rather than waited for).
+					info, err := c.Info(rctx)
+					if err != nil {
+						errs <- err
+						cancel()
+						return
+					}
+					if info.NumPending == 0 && info.NumAckPending == 0 {
+						return
+					}
+				}
+				batch, err := c.Fetch(cfg.MaxBatch*2, jetstream.FetchMaxWait(100*time.Millisecond), jetstream.FetchMaxBytes(processor.FetchBytes(js.Conn(), cfg)))
 				if err != nil {
 					errs <- err
 					cancel()
 					return
 				}
 				var last jetstream.Msg
+				empty = true
 				for m := range batch.Messages() {
+					empty = false
 					last = m
 					got.Add(1)
 					if all {
@@ -430,6 +447,9 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 	}
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
+	}
+	if got := got.Load(); got < int64(n) {
+		return 0, fmt.Errorf("bench: layout consumers: %d of %d events delivered, and nothing is pending (a delivery was lost, and acknowledged by a later ack)", got, n)
 	}
 	for {
 		pending := 0
