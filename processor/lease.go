@@ -40,7 +40,8 @@ type leases struct {
 
 	mu    sync.Mutex
 	parts []leaseState
-	share int // the fair share at the last round, for Stats and tests
+	share int           // the fair share at the last round
+	wake  chan struct{} // closed (and replaced) whenever a lease is taken or renewed
 }
 
 // leaseState is one partition's lease as this instance sees it.
@@ -56,7 +57,7 @@ type leaseState struct {
 func newLeases(kv jetstream.KeyValue, stream jetstream.Stream, bucket string, n int, ttl time.Duration, log *slog.Logger) *leases {
 	return &leases{
 		kv: kv, stream: stream, bucket: bucket, id: instanceID(), ttl: ttl,
-		log: log, now: time.Now, parts: make([]leaseState, n),
+		log: log, now: time.Now, parts: make([]leaseState, n), wake: make(chan struct{}),
 	}
 }
 
@@ -309,7 +310,16 @@ func (l *leases) releaseAll(ctx context.Context) {
 func (l *leases) set(p int, f func(*leaseState)) {
 	l.mu.Lock()
 	f(&l.parts[p])
+	close(l.wake) // a fetcher waiting to begin looks again
+	l.wake = make(chan struct{})
 	l.mu.Unlock()
+}
+
+// changed returns a channel closed at the next change of any lease here.
+func (l *leases) changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.wake
 }
 
 // members counts the instances whose member key is live (not deleted).

@@ -326,12 +326,18 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		unblock()
 		wait := fetchWait
 		if part >= 0 {
+			changed := lease.changed() // before begin: no change is missed
 			w, ok := lease.begin(part, fetchWait)
 			if !ok {
 				owned = false
-				if sleep(hard, leaseIdle) != nil {
-					return nil
+				t := time.NewTimer(leaseIdle)
+				select {
+				case <-changed:
+				case <-t.C:
+				case <-ctx.Done():
+				case <-hard.Done():
 				}
+				t.Stop()
 				continue
 			}
 			wait = w
@@ -429,9 +435,9 @@ func FetchBytes(nc *nats.Conn, c Config) int {
 // fetchBudget is what the fetches of all partitions may bring at once.
 const fetchBudget = 32 << 20
 
-// leaseIdle is how often a fetcher looks again whether its partition's
-// lease is held here.
-const leaseIdle = 50 * time.Millisecond
+// leaseIdle is how often a fetcher whose partition's lease is not held
+// here looks again, besides whenever a lease here changes.
+const leaseIdle = 250 * time.Millisecond
 
 // pruneEvery is how often a blocked ack window reads its consumer's ack
 // floor (see fetch).
