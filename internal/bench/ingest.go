@@ -69,6 +69,11 @@ func median(rs []Round) float64 {
 	for i, r := range rs {
 		v[i] = r.PerSec
 	}
+	return medianOf(v)
+}
+
+// medianOf is the median of v (0 for none); v is sorted in place.
+func medianOf(v []float64) float64 {
 	slices.Sort(v)
 	if len(v) == 0 {
 		return 0
