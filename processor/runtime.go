@@ -372,7 +372,9 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		if part >= 0 {
 			lease.end(part)
 		}
-		if err == nil || hard.Err() != nil {
+		// A fetch that filled its count with bytes to spare, or its bytes,
+		// may end with the server saying so: that is no failure.
+		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrBatchCompleted) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
 			attempt = 0
 			continue
 		}

@@ -304,6 +304,9 @@ func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.
 	}{{req.FirstSeq, "first event (its session.opened)"}, {req.LastSeq, "last event (the compaction request)"}} {
 		m, err := str.GetMsg(ctx, end.seq)
 		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) && s.behind(ctx, str, end.seq):
+			return fmt.Errorf("%w: stream %s answered that it holds no sequence %d yet (a new leader still applying what it was sent?); session %s's transcript cannot be read now",
+				ErrUnavailable, s.Stream, end.seq, req.Session)
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return fmt.Errorf("%w: session %s's %s at stream sequence %d is no longer in stream %s (aged out, purged or deleted); the transcript cannot be spilled whole",
 				ErrIncomplete, req.Session, end.what, end.seq, s.Stream)
@@ -315,6 +318,15 @@ func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.
 		}
 	}
 	return nil
+}
+
+// behind reports whether the stream's state ends before seq, or cannot be
+// read: then a message not found at seq is no sign that it is gone, since
+// the transcript's sequences were all delivered from this stream (a leader
+// elected a moment ago may answer before it has applied its log).
+func (s *Store) behind(ctx context.Context, str jetstream.Stream, seq uint64) bool {
+	info, err := str.Info(ctx)
+	return err != nil || info.State.LastSeq < seq
 }
 
 // produce reads the session's events from req.FirstSeq to req.LastSeq with

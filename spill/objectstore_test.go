@@ -473,3 +473,21 @@ func TestGetDetectsMissingChunk(t *testing.T) {
 	assert.Contains(t, err.Error(), "holds only")
 	t.Log(err)
 }
+
+// A stream whose answer ends before the transcript's last sequence has not
+// lost it: it is behind (a leader just elected, still applying its log).
+// The spill is unavailable for now, not incomplete, so the session is not
+// halted for it.
+func TestWriteBehindIsUnavailable(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := testCtx(t)
+	req, _ := smallSession(t, h, 6, "t")
+	si, err := h.stream.Info(ctx)
+	require.NoError(t, err)
+	req.LastSeq = si.State.LastSeq + 5
+	h.store.Retries = 1
+	_, err = h.store.Write(ctx, req)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.NotErrorIs(t, err, ErrIncomplete)
+	t.Log(err)
+}

@@ -437,7 +437,7 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 						return
 					}
 				}
-				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrBatchCompleted) && !errors.Is(err, jetstream.ErrMaxBytesExceeded) {
 					errs <- err
 					cancel()
 					return

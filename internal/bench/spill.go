@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,16 +26,23 @@ import (
 // interleaved; the figures are the medians (a raw put's speed varied from
 // 280 to 700 MB/s between single runs on the shared 2-core machine).
 type SpillResult struct {
-	Server      string       `json:"server"` // "in process": the heap includes the server's
-	Bytes       uint64       `json:"bytes"`
-	Events      uint64       `json:"events"`
-	Rounds      int          `json:"rounds"`
-	SpillSecs   float64      `json:"spill_seconds"` // Store.Write without read-back, median
-	SpillMBps   float64      `json:"spill_mb_per_sec"`
-	VerifySecs  float64      `json:"verify_seconds"` // reading it back and checking the digest (serve's default adds this), first round
-	PutSecs     float64      `json:"put_seconds"`    // median
-	PutMBps     float64      `json:"put_mb_per_sec"`
-	Ratio       float64      `json:"ratio"`        // spill MB/s over put MB/s, of the medians
+	Server     string  `json:"server"` // "in process": the heap includes the server's
+	Bytes      uint64  `json:"bytes"`
+	Events     uint64  `json:"events"`
+	Rounds     int     `json:"rounds"`
+	SpillSecs  float64 `json:"spill_seconds"` // Store.Write without read-back, median
+	SpillMBps  float64 `json:"spill_mb_per_sec"`
+	VerifySecs float64 `json:"verify_seconds"` // reading it back and checking the digest (serve's default adds this), first round
+	PutSecs    float64 `json:"put_seconds"`    // median
+	PutMBps    float64 `json:"put_mb_per_sec"`
+	Ratio      float64 `json:"ratio"` // spill MB/s over put MB/s, of the medians
+	// Pipe moves the same events through the broker as a spill does, with
+	// nothing of seamguard: an ordered consumer reads the transcript's
+	// messages and an object store put stores their bodies. What the
+	// broker costs for reading and writing the bytes once each.
+	PipeSecs    float64      `json:"pipe_seconds"` // median
+	PipeMBps    float64      `json:"pipe_mb_per_sec"`
+	PipeRatio   float64      `json:"pipe_ratio"`   // pipe MB/s over put MB/s
 	RatioVerify float64      `json:"ratio_verify"` // the same with the read-back counted
 	Peaks       []Peak       `json:"peaks"`
 	Each        []SpillRound `json:"rounds_detail"`
@@ -41,12 +50,15 @@ type SpillResult struct {
 	PutUsage    Usage        `json:"put_usage"`   // of the first round
 }
 
-// SpillRound is one spill and one raw put of the biggest transcript.
+// SpillRound is one spill, one raw put and one raw pipe of the biggest
+// transcript.
 type SpillRound struct {
 	SpillSecs  float64 `json:"spill_seconds"`
 	PutSecs    float64 `json:"put_seconds"`
+	PipeSecs   float64 `json:"pipe_seconds"`
 	SpillUsage Usage   `json:"spill_usage"`
 	PutUsage   Usage   `json:"put_usage"`
+	PipeUsage  Usage   `json:"pipe_usage"`
 }
 
 // Peak is the heap growth while writing a spill of Bytes.
@@ -123,22 +135,90 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 				return nil, err
 			}
 			round.PutSecs, round.PutUsage = put.Seconds(), m.stop()
+			progress("spill: round %d of %d: the same events read and put with no processing", r+1, rounds)
+			m = s.meter()
+			pipe, err := rawPipe(ctx, s.js, res.Spills, cfg, req)
+			if err != nil {
+				return nil, err
+			}
+			round.PipeSecs, round.PipeUsage = pipe.Seconds(), m.stop()
 			out.Each = append(out.Each, round)
 		}
 	}
-	spills, puts := make([]float64, len(out.Each)), make([]float64, len(out.Each))
+	spills, puts, pipes := make([]float64, len(out.Each)), make([]float64, len(out.Each)), make([]float64, len(out.Each))
 	for i, r := range out.Each {
-		spills[i], puts[i] = r.SpillSecs, r.PutSecs
+		spills[i], puts[i], pipes[i] = r.SpillSecs, r.PutSecs, r.PipeSecs
 	}
 	if len(out.Each) > 0 {
 		out.SpillUsage, out.PutUsage = out.Each[0].SpillUsage, out.Each[0].PutUsage
 	}
-	out.SpillSecs, out.PutSecs = medianOf(spills), medianOf(puts)
+	out.SpillSecs, out.PutSecs, out.PipeSecs = medianOf(spills), medianOf(puts), medianOf(pipes)
 	mb := float64(out.Bytes) / (1 << 20)
-	out.SpillMBps, out.PutMBps = mb/out.SpillSecs, mb/out.PutSecs
-	out.Ratio = out.SpillMBps / out.PutMBps
+	out.SpillMBps, out.PutMBps, out.PipeMBps = mb/out.SpillSecs, mb/out.PutSecs, mb/out.PipeSecs
+	out.Ratio, out.PipeRatio = out.SpillMBps/out.PutMBps, out.PipeMBps/out.PutMBps
 	out.RatioVerify = out.PutSecs / (out.SpillSecs + out.VerifySecs)
 	return out, nil
+}
+
+// rawPipe reads the messages of req's transcript with an ordered consumer
+// pulling as the spill does, and puts their bodies, a line each, into the
+// object store through a pipe, as the spill does, with no decoding,
+// replay or encoding.
+func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, cfg processor.Config, req ledger.SpillRequest) (time.Duration, error) {
+	start := time.Now()
+	cons, err := js.OrderedConsumer(ctx, cfg.Names().Events, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{cfg.Subjects().Stored(req.Session)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    req.FirstSeq,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bench: pipe: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(256, max(1<<20, int(js.Conn().MaxPayload()))))
+	if err != nil {
+		return 0, fmt.Errorf("bench: pipe: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		defer it.Stop()
+		bw := bufio.NewWriterSize(pw, 64<<10)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			md, err := msg.Metadata()
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			bw.Write(msg.Data())
+			bw.WriteByte('\n')
+			if md.Sequence.Stream >= req.LastSeq {
+				break
+			}
+		}
+		pw.CloseWithError(bw.Flush())
+	}()
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/pipe.jsonl"}, fullRead{pr})
+	pr.Close()
+	if err != nil {
+		return 0, fmt.Errorf("bench: pipe: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// fullRead fills each buffer unless the stream ends, as the spill's reader
+// does, so that the put's chunks are full.
+type fullRead struct{ r io.Reader }
+
+func (f fullRead) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.r, p)
+	if err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	return n, err
 }
 
 func rawPut(ctx context.Context, obs jetstream.ObjectStore, path string) (time.Duration, error) {
