@@ -25,7 +25,7 @@ const (
 	DefaultVerdictsDuplicates = 10 * time.Minute
 	DefaultReplicas           = 1
 	DefaultSpillRetries       = 3
-	DefaultPartitions         = 8
+	DefaultPartitions         = 4
 	DefaultLeaseTTL           = 15 * time.Second
 )
 
@@ -59,15 +59,16 @@ type Config struct {
 	// MemoryStorage keeps streams in memory instead of files (tests only).
 	MemoryStorage bool
 
-	// Partitions is the number of partitions sessions are spread over; 0
-	// means 8. Every partition's consumer scans the stream for its own
-	// subjects, so the broker's cost per event grows with the count: use
-	// as many as instances are to share the load, not more. Each partition
-	// is stored under its own subjects and read through its own durable
-	// consumer, "<Durable>-p<n>", by the one instance that holds its lease
-	// in the leases bucket (see LeaseTTL). Changing it changes where the
-	// events stream stores events: Provision refuses to change it on an
-	// existing stream.
+	// Partitions is the number of partitions sessions are spread over.
+	// 0 means the existing events stream's count (Provision reads it from
+	// the stream's subject transform), or 4 for a new stream. Every
+	// partition's consumer scans the stream for its own subjects, so the
+	// broker's cost per event grows with the count: use as many as
+	// instances are to share the load, not more. Each partition is stored
+	// under its own subjects and read through its own durable consumer,
+	// "<Durable>-p<n>", by the one instance that holds its lease in the
+	// leases bucket (see LeaseTTL). The count is fixed once the stream
+	// exists: Provision refuses another.
 	Partitions int
 	// LeaseTTL is how long a partition's lease outlives the last renewal
 	// of an instance that stopped (it renews every LeaseTTL/4), and so

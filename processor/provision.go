@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +24,10 @@ type Resources struct {
 	Sessions jetstream.KeyValue
 	Spills   jetstream.ObjectStore
 	Leases   jetstream.KeyValue
+	// Partitions is the partition count in force: the configuration's,
+	// or, where it leaves it 0, the existing events stream's (the default
+	// for a new stream).
+	Partitions int
 }
 
 // Provision creates the streams, the session and lease buckets and the
@@ -35,6 +41,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if c.Partitions == 0 {
+		n, err := StreamPartitions(ctx, js, c)
+		if err != nil {
+			return nil, err
+		}
+		c.Partitions = n // 0 for a new stream: the default
+	}
 	c = c.withDefaults()
 	if c.Replicas == 0 {
 		c.Replicas = autoReplicas(js.Conn())
@@ -45,7 +58,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	if c.MemoryStorage {
 		storage = jetstream.MemoryStorage
 	}
-	var res Resources
+	res := Resources{Partitions: c.Partitions}
 	var err error
 	res.Events, err = ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        n.Events,
@@ -123,6 +136,32 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		return nil, fmt.Errorf("processor: bucket %s: %w", n.Leases, err)
 	}
 	return &res, nil
+}
+
+// StreamPartitions returns the partition count of c's events stream, read
+// from its subject transform, or 0 when the stream does not exist yet. A
+// stream whose transform is not seamguard's is an error wrapping
+// ErrIncompatible.
+func StreamPartitions(ctx context.Context, js jetstream.JetStream, c Config) (int, error) {
+	name := c.Names().Events
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("processor: stream %s: %w", name, err)
+	}
+	t := s.CachedInfo().Config.SubjectTransform
+	if t != nil {
+		if _, rest, ok := strings.Cut(t.Destination, "{{partition("); ok {
+			if num, _, ok := strings.Cut(rest, ","); ok {
+				if n, err := strconv.Atoi(num); err == nil && n > 0 {
+					return n, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("%w: stream %s: subject transform is %s, not seamguard's partitioning; change the prefix or migrate the stream by hand", ErrIncompatible, name, transformString(t))
 }
 
 // ensureStream creates want, or checks an existing stream of that name

@@ -139,3 +139,34 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	_, err = processor.Provision(t.Context(), nil, processor.Config{Shards: -1})
 	require.ErrorContains(t, err, "Shards is -1", "Provision validates before it touches anything")
 }
+
+// TestProvisionKeepsTheStreamsPartitions: a configuration that leaves the
+// partition count 0 takes the existing stream's (here 8, the earlier
+// default), a new stream gets the default, and an explicit other count is
+// refused, naming both.
+func TestProvisionKeepsTheStreamsPartitions(t *testing.T) {
+	e := newEnv(t)
+	fresh := processor.Config{Prefix: "fresh"}
+	res, err := processor.Provision(e.ctx, e.JS, fresh)
+	require.NoError(t, err)
+	assert.Equal(t, processor.DefaultPartitions, res.Partitions)
+	n, err := processor.StreamPartitions(e.ctx, e.JS, fresh)
+	require.NoError(t, err)
+	assert.Equal(t, processor.DefaultPartitions, n)
+
+	old := processor.Config{Partitions: 8}
+	_, err = processor.Provision(e.ctx, e.JS, old)
+	require.NoError(t, err)
+	res, err = processor.Provision(e.ctx, e.JS, processor.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 8, res.Partitions)
+	p, err := processor.New(e.ctx, e.JS, processor.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 8, p.Config().Partitions)
+	assert.Equal(t, "seamguard.partitioned.{{partition(8,1)}}.{{wildcard(1)}}", p.Config().Subjects().TransformDestination())
+
+	_, err = processor.Provision(e.ctx, e.JS, processor.Config{Partitions: 4})
+	require.ErrorIs(t, err, processor.ErrIncompatible)
+	assert.Contains(t, err.Error(), "partition(8,1)")
+	assert.Contains(t, err.Error(), "partition(4,1)")
+}

@@ -61,6 +61,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	if err != nil {
 		return nil, err
 	}
+	cfg.Partitions = res.Partitions
 	cfg = cfg.withDefaults()
 	if cfg.Replicas == 0 {
 		cfg.Replicas = autoReplicas(js.Conn())

@@ -32,7 +32,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Prefix, "prefix", "seamguard", "first subject token and stem of every stream, bucket and object store name")
 	fs.IntVar(&p.cfg.Replicas, "replicas", 0, "replicas of streams, bucket and object store; 0: 3 on a cluster of 3 or more servers, else 1")
 	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
-	fs.IntVar(&p.cfg.Partitions, "partitions", processor.DefaultPartitions, "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
+	fs.IntVar(&p.cfg.Partitions, "partitions", 0, fmt.Sprintf("partitions of the events stream, each consumed by one instance at a time; 0: the existing stream's, or %d for a new one (fixed once the stream exists)", processor.DefaultPartitions))
 	fs.DurationVar(&p.cfg.LeaseTTL, "lease-ttl", processor.DefaultLeaseTTL, "how long a partition's lease outlives an instance that stopped renewing it: the failover time (the same on every instance)")
 	fs.DurationVar(&p.cfg.LeaseTTL, "pinned-ttl", processor.DefaultLeaseTTL, "the former name of --lease-ttl")
 	p.cfg.EventsMaxAge = processor.DefaultEventsMaxAge
