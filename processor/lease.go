@@ -40,7 +40,6 @@ type leases struct {
 
 	mu    sync.Mutex
 	parts []leaseState
-	share int           // the fair share at the last round
 	wake  chan struct{} // closed (and replaced) whenever a lease is taken or renewed
 }
 
@@ -156,9 +155,6 @@ func (l *leases) round(ctx context.Context) {
 		return
 	}
 	share := (len(l.parts) + members - 1) / members
-	l.mu.Lock()
-	l.share = share
-	l.mu.Unlock()
 	held := l.held()
 	// Hand over the partitions beyond the share: those being handed over
 	// already, then idle ones, then those with a fetch under way, the

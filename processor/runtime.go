@@ -39,7 +39,6 @@ type Processor struct {
 
 	mu    sync.Mutex
 	abort context.CancelFunc
-	lease *leases
 
 	running                             atomic.Bool
 	handled, fenced, reloaded, caughtUp atomic.Uint64
@@ -136,9 +135,6 @@ func (p *Processor) Run(ctx context.Context) error {
 		return fmt.Errorf("processor: bucket %s: %w", p.cfg.Names().Leases, err)
 	}
 	lease := newLeases(p.res.Leases, kstream, p.cfg.Names().Leases, p.cfg.Partitions, p.cfg.LeaseTTL, p.log)
-	p.mu.Lock()
-	p.lease = lease
-	p.mu.Unlock()
 	leaseCtx, stopLeases := context.WithCancel(hard)
 	leasesDone := make(chan struct{})
 	go func() {
