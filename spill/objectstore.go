@@ -242,7 +242,7 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 			metaFirstSeq:   strconv.FormatUint(req.FirstSeq, 10),
 			metaLastSeq:    strconv.FormatUint(req.LastSeq, 10),
 		},
-	}, fullReader{io.TeeReader(pr, read)})
+	}, FullReader{io.TeeReader(pr, read)})
 	stop()
 	pr.CloseWithError(errPutReturned) // unblocks a producer still writing
 	prodErr := <-done
@@ -469,13 +469,13 @@ func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Ms
 	return w.WriteLine(line) // fails only when Put stopped reading
 }
 
-// fullReader fills every buffer it is given unless the stream ends: the
-// object store makes one chunk of each Read, and a pipe returns one Write
-// at a time, which would halve the chunk size.
-type fullReader struct{ r io.Reader }
+// FullReader fills every buffer it is given unless R ends: the object
+// store makes one chunk of each Read, and a pipe returns one Write at a
+// time, which would halve the chunk size. Put reads through it.
+type FullReader struct{ R io.Reader }
 
-func (f fullReader) Read(p []byte) (int, error) {
-	n, err := io.ReadFull(f.r, p)
+func (f FullReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.R, p)
 	if err == io.ErrUnexpectedEOF {
 		err = nil // the last, short chunk; the next Read returns io.EOF
 	}

@@ -201,24 +201,12 @@ func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectSt
 		}
 		pw.CloseWithError(bw.Flush())
 	}()
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/pipe.jsonl"}, fullRead{pr})
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/pipe.jsonl"}, spill.FullReader{R: pr})
 	pr.Close()
 	if err != nil {
 		return 0, fmt.Errorf("bench: pipe: %w", err)
 	}
 	return time.Since(start), nil
-}
-
-// fullRead fills each buffer unless the stream ends, as the spill's reader
-// does, so that the put's chunks are full.
-type fullRead struct{ r io.Reader }
-
-func (f fullRead) Read(p []byte) (int, error) {
-	n, err := io.ReadFull(f.r, p)
-	if err == io.ErrUnexpectedEOF {
-		err = nil
-	}
-	return n, err
 }
 
 func rawPut(ctx context.Context, obs jetstream.ObjectStore, path string) (time.Duration, error) {
