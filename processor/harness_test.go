@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"testing"
@@ -206,9 +207,80 @@ func (e *env) waitIdle(t *testing.T, cfg processor.Config, timeout time.Duration
 			last = "error: " + err.Error()
 		}
 		if time.Now().After(deadline) {
+			e.diagnose(t, cfg)
 			t.Fatalf("timed out after %s waiting for the processor to handle every event; last seen: %s", timeout, last)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// diagnose writes what a stalled run looks like: each consumer and stream
+// with its cluster placement, and the processor's goroutines (the stacks
+// under this package), so that a stall seen once in CI can be read.
+func (e *env) diagnose(t *testing.T, cfg processor.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	placement := func(c *jetstream.ClusterInfo) string {
+		if c == nil {
+			return "single server"
+		}
+		s := "leader " + c.Leader
+		for _, r := range c.Replicas {
+			s += fmt.Sprintf(", %s current=%v offline=%v lag=%d", r.Name, r.Current, r.Offline, r.Lag)
+		}
+		return s
+	}
+	n := cfg.Names()
+	for _, name := range []string{n.Events, n.Verdicts, "KV_" + n.Sessions, "KV_" + n.Leases} {
+		s, err := e.JS.Stream(ctx, name)
+		if err != nil {
+			t.Logf("diagnose: stream %s: %v", name, err)
+			continue
+		}
+		si, err := s.Info(ctx)
+		if err != nil {
+			t.Logf("diagnose: stream %s: %v", name, err)
+			continue
+		}
+		t.Logf("diagnose: stream %s: %d msgs, last seq %d; %s", name, si.State.Msgs, si.State.LastSeq, placement(si.Cluster))
+	}
+	if kv, err := e.JS.KeyValue(ctx, n.Leases); err == nil {
+		if lister, err := kv.ListKeys(ctx); err == nil {
+			for k := range lister.Keys() {
+				en, err := kv.Get(ctx, k)
+				if err != nil {
+					t.Logf("diagnose: lease key %s: %v", k, err)
+					continue
+				}
+				t.Logf("diagnose: lease key %s = %s, revision %d, written %s ago", k, en.Value(), en.Revision(), time.Since(en.Created()).Round(time.Millisecond))
+			}
+		}
+	}
+	parts := cfg.Partitions
+	if parts == 0 {
+		parts = processor.DefaultPartitions
+	}
+	for p := -1; p < parts; p++ {
+		c, err := e.JS.Consumer(ctx, n.Events, cfg.ConsumerName(p))
+		if err != nil {
+			t.Logf("diagnose: consumer %d: %v", p, err)
+			continue
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			t.Logf("diagnose: consumer %d: %v", p, err)
+			continue
+		}
+		t.Logf("diagnose: consumer %s: pending %d, ack pending %d, waiting %d, delivered %d, ack floor %d; %s",
+			ci.Name, ci.NumPending, ci.NumAckPending, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream, placement(ci.Cluster))
+	}
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(g, "seamguard/processor.") {
+			t.Logf("diagnose: goroutines\n%s", g)
+		}
 	}
 }
 

@@ -158,27 +158,33 @@ func (l *leases) round(ctx context.Context) {
 	held := l.held()
 	// Hand over the partitions beyond the share: those being handed over
 	// already, then idle ones, then those with a fetch under way, the
-	// highest first.
-	if over := len(held) - share; over > 0 {
-		l.mu.Lock()
-		rank := func(p int) int {
-			switch s := l.parts[p]; {
-			case s.releasing:
-				return 0
-			case !s.busy:
-				return 1
-			}
-			return 2
+	// highest first. The others are kept, also one whose hand-over began
+	// in an earlier round: the share may have grown since (an instance
+	// left), and a partition left marked for hand-over would never be
+	// fetched again, nor deleted for another instance to take.
+	over := len(held) - share
+	l.mu.Lock()
+	rank := func(p int) int {
+		switch s := l.parts[p]; {
+		case s.releasing:
+			return 0
+		case !s.busy:
+			return 1
 		}
-		slices.SortStableFunc(held, func(x, y int) int {
-			if c := rank(x) - rank(y); c != 0 {
-				return c
-			}
-			return y - x
-		})
-		l.mu.Unlock()
-		for _, p := range held[:over] {
+		return 2
+	}
+	slices.SortStableFunc(held, func(x, y int) int {
+		if c := rank(x) - rank(y); c != 0 {
+			return c
+		}
+		return y - x
+	})
+	l.mu.Unlock()
+	for i, p := range held {
+		if i < over {
 			l.release(ctx, p)
+		} else {
+			l.keep(p)
 		}
 	}
 	if len(held) >= share {
@@ -289,6 +295,17 @@ func (l *leases) release(ctx context.Context, p int) {
 	l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy} })
 	if err == nil {
 		l.log.Info("handed a partition over", "partition", p, "instance", l.id)
+	}
+}
+
+// keep calls off the hand-over of partition p, if one began.
+func (l *leases) keep(p int) {
+	l.mu.Lock()
+	releasing := l.parts[p].releasing && l.parts[p].held
+	l.mu.Unlock()
+	if releasing {
+		l.set(p, func(s *leaseState) { s.releasing = false })
+		l.log.Info("kept a partition it was handing over: its share grew", "partition", p, "instance", l.id)
 	}
 }
 

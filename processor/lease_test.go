@@ -215,6 +215,47 @@ func TestLeasesWaitForTheFetchUnderWay(t *testing.T) {
 	r.holders(a, b)
 }
 
+// TestLeasesHandOverCalledOff: a partition marked for hand-over while its
+// fetch was under way is kept, and fetched again, when the instance it was
+// meant for leaves before the fetch ends (the share grew back).
+func TestLeasesHandOverCalledOff(t *testing.T) {
+	const ttl = time.Second
+	r := newLeaseRig(t, 2, ttl)
+	a, _ := r.start()
+	r.waitHeld(5*time.Second, "alone", []*leases{a}, 2)
+	for p := range 2 {
+		_, ok := a.begin(p, fetchWait)
+		require.True(t, ok)
+	}
+	_, stopB := r.start()
+	marked := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.parts[0].releasing || a.parts[1].releasing
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !marked() {
+		require.True(t, time.Now().Before(deadline), "a never began to hand a partition over to b")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopB(false)        // b crashes
+	time.Sleep(3 * ttl) // and its membership expires while a's fetches go on
+	a.end(0)
+	a.end(1)
+	deadline = time.Now().Add(5 * time.Second)
+	for p := range 2 {
+		for {
+			if _, ok := a.begin(p, fetchWait); ok {
+				a.end(p)
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "partition %d is never fetched again", p)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	r.holders(a)
+}
+
 // testWriter writes a keeper's warnings into the test's output.
 type testWriter struct{ t *testing.T }
 
