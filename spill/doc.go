@@ -16,9 +16,11 @@
 // Store writes a spill into a JetStream object store bucket, answering a
 // ledger.SpillRequest. It reads the session's events back from the events
 // stream with an ordered consumer, from the request's FirstSeq to its
-// LastSeq, and streams them through a pipe into the object store's Put, so
-// that no transcript is ever held in memory: a spill of 200 MB costs the
-// client about 10 MB of heap. Which events go in is not guessed from the
+// LastSeq, and writes them straight into the object's chunks (512 KiB each
+// by default, see Store.ChunkSize), publishing each as it fills with at
+// most eight awaiting their acks, so that no transcript is ever held in
+// memory: a spill of any size costs the client a few MB of heap. Which
+// events go in is not guessed from the
 // stream: every event that decodes is replayed through a shadow
 // ledger.Ledger with ledger.Step, and exactly those Step accepts are
 // written, as the live processor accepted them (rejected and duplicate
@@ -27,22 +29,30 @@
 // halts the shadow session, which changes what it answers to compactions
 // but never which events it accepts.
 //
+// The object is laid out exactly as the object store's own Put lays it out
+// (chunks on $O.<bucket>.C.<nuid>, the info, a rollup, on
+// $O.<bucket>.M.<encoded name>), so nats.go, the nats CLI and Get read it
+// alike. Unlike nats.go's Put, Write publishes the info only once every
+// chunk is acknowledged: a chunk the bucket refuses late (a full bucket)
+// never leaves an info that names chunks the stream does not hold, and the
+// chunks of a failed or cancelled attempt are purged.
+//
 // A transcript is incomplete, and Write returns an error wrapping
 // ErrIncomplete without retrying, when the stream no longer holds the
 // session's first event or the request at LastSeq (aged out, purged or
 // deleted), when the first event read is not at FirstSeq, when the
 // consumer runs dry or passes LastSeq before reaching it, or when the
 // number of accepted events read differs from the request's count (an event
-// in between was deleted). The check happens before the pipe closes, so an
-// incomplete transcript never becomes an object. Every other failure
+// in between was deleted). The check happens before the last chunk is sent,
+// so an incomplete transcript never becomes an object. Every other failure
 // (opening the bucket, a put or an ack failing or timing out, a stream that
 // stalls for 10 seconds, a digest that does not match) is retried Retries
 // times, Backoff apart and doubling, and the last error is returned.
 // Cancelling ctx ends Write promptly, also during a backoff; chunks a
 // cancelled put had sent are purged.
 //
-// After the put, the digest the object store computed, and the one in the
-// stored object info, must equal the Writer's. With Verify, the object is
+// After the put, the stored object info must name the size and digest
+// written. With Verify, the object is
 // also read back whole and hashed. Get and that read-back use an ordered
 // pull consumer on the object's chunks that buffers at most 16 of them,
 // instead of nats.go's ObjectStore.Get, whose push consumer lets up to 32 MB

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,37 +30,24 @@ const Bucket = "seamguard-spills"
 // per line, and keeps its digest, size and line count as it goes. The zero
 // value is not usable: call NewWriter. Not safe for concurrent use.
 type Writer struct {
-	w      *bufio.Writer
-	h      hash.Hash
+	w      lineSink
+	h      hash.Hash // nil when the sink hashes (an object store put)
 	size   uint64
 	events uint64
+}
+
+// lineSink is where a Writer's bytes go: a buffer in front of a file, or
+// the object store's chunks.
+type lineSink interface {
+	io.Writer
+	io.ByteWriter
+	Flush() error
 }
 
 // NewWriter returns a Writer onto w. Call Flush when done.
 func NewWriter(w io.Writer) *Writer {
 	h := sha256.New()
 	return &Writer{w: bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10), h: h}
-}
-
-// castagnoli is the CRC-32C table; the CPU computes it in hardware where
-// it can.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// newCheckedWriter returns a Writer that keeps a CRC-32C of what it writes
-// instead of a SHA-256 (Digest is then empty): Store.Write checks it
-// against the CRC-32C of what the object store read, which computes the
-// SHA-256 itself.
-func newCheckedWriter(w io.Writer) *Writer {
-	h := crc32.New(castagnoli)
-	return &Writer{w: bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10), h: h}
-}
-
-// checksum is the CRC-32C of what a checked Writer wrote.
-func (w *Writer) checksum() uint32 {
-	if h, ok := w.h.(hash.Hash32); ok {
-		return h.Sum32()
-	}
-	return 0
 }
 
 // WriteEvent appends ev as one structured JSON line.
@@ -98,7 +84,7 @@ func (w *Writer) Flush() error {
 // Digest is the object store's digest of what was written: "SHA-256=" and
 // the URL-safe base64 of the SHA-256 sum.
 func (w *Writer) Digest() string {
-	if _, crc := w.h.(hash.Hash32); crc {
+	if w.h == nil {
 		return ""
 	}
 	return jetstream.GetObjectDigestValue(w.h)

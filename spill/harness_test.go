@@ -73,6 +73,20 @@ func setupHarness(t testing.TB, js jetstream.JetStream, cfg func(*jetstream.Stre
 		ctx: ctx,
 	}
 	h.store = &Store{JS: js, Stream: testStream, Subjects: h.subj, Bucket: Bucket, Verify: true, Backoff: 10 * time.Millisecond}
+	// The JetStream context starts its asynchronous publisher (a reply
+	// subscription, a goroutine watching the connection) on first use and
+	// keeps it: start it now, so that tests counting goroutines around a
+	// Write see only what the Write leaves.
+	f, err := js.PublishMsgAsync(nats.NewMsg("seamguard.warmup.nobody"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-f.Ok():
+	case <-f.Err():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the warm-up publish")
+	}
 	return h
 }
 

@@ -5,12 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor/ledger"
@@ -51,6 +51,10 @@ type Store struct {
 	Retries  int             // object store attempts; 0 means 3
 	Backoff  time.Duration   // first retry delay, doubled each time; 0 means 200ms
 	Verify   bool            // after the put, read the object back and check its digest
+	// ChunkSize is the size of the object's chunks; 0 means
+	// DefaultChunkSize, or half the server's largest message if that is
+	// less.
+	ChunkSize int
 }
 
 // Validate reports every problem with s at once.
@@ -75,6 +79,9 @@ func (s *Store) Validate() error {
 	if s.Retries < 0 {
 		errs = append(errs, fmt.Errorf("spill: Store.Retries is %d; use 0 for the default of %d, or a positive number", s.Retries, DefaultRetries))
 	}
+	if s.ChunkSize < 0 {
+		errs = append(errs, fmt.Errorf("spill: Store.ChunkSize is %d; use 0 for the default of %d, or a positive size", s.ChunkSize, DefaultChunkSize))
+	}
 	if s.Backoff < 0 {
 		errs = append(errs, fmt.Errorf("spill: Store.Backoff is %s; use 0 for the default of %s, or a positive duration", s.Backoff, DefaultBackoff))
 	}
@@ -97,6 +104,17 @@ func (s *Store) retries() int {
 		return DefaultRetries
 	}
 	return s.Retries
+}
+
+func (s *Store) chunkSize() int {
+	if s.ChunkSize > 0 {
+		return s.ChunkSize
+	}
+	size := DefaultChunkSize
+	if mp := int(s.JS.Conn().MaxPayload()); mp > 0 {
+		size = min(size, mp/2)
+	}
+	return size
 }
 
 func (s *Store) backoff() time.Duration {
@@ -202,65 +220,61 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 		return events.SpillHandle{}, err
 	}
 
-	// The producer reads the stream and writes the transcript into the pipe;
-	// Put reads the other end. pctx stops the producer whenever Put returns.
-	//
-	// Put does not get ctx itself: when its ctx ends mid-put, nats.go purges
-	// the chunks sent so far with that same, ended ctx, which fails and
-	// leaves them in the bucket for good. Instead ctx ends the producer,
-	// whose error ends Put's read, and Put purges with a live context. Put
-	// has no deadline then; nats.go gives each chunk's ack its default
-	// timeout (5s) instead, so a put of any size is never cut short and
-	// never hangs.
-	putCtx := context.WithoutCancel(ctx)
-	pctx, stop := context.WithCancel(ctx)
-	defer stop()
-	pr, pw := io.Pipe()
-	// The object store computes the object's SHA-256 from what it reads;
-	// a CRC-32C on each side of the pipe (a twentieth of the cost) shows
-	// that it read exactly what was written.
-	w := newCheckedWriter(pw)
-	read := crc32.New(castagnoli)
-	done := make(chan error, 1)
-	go func() {
-		err := s.produce(pctx, req, w)
-		if err == nil {
-			err = w.Flush()
-		}
-		pw.CloseWithError(err) // nil closes with io.EOF
-		done <- err
-	}()
-
-	info, putErr := obs.Put(putCtx, jetstream.ObjectMeta{
-		Name:        req.Name,
-		Description: fmt.Sprintf("seamguard transcript of session %s: %d events, stream sequences %d to %d", req.Session, req.Events, req.FirstSeq, req.LastSeq),
-		Metadata: map[string]string{
-			metaSession:    req.Session,
-			metaRangeStart: strconv.FormatUint(req.Range.Start, 10),
-			metaRangeEnd:   strconv.FormatUint(req.Range.End, 10),
-			metaEvents:     strconv.FormatUint(req.Events, 10),
-			metaFirstSeq:   strconv.FormatUint(req.FirstSeq, 10),
-			metaLastSeq:    strconv.FormatUint(req.LastSeq, 10),
-		},
-	}, FullReader{io.TeeReader(pr, read)})
-	stop()
-	pr.CloseWithError(errPutReturned) // unblocks a producer still writing
-	prodErr := <-done
-
-	// The producer's failure is the cause when it says the transcript is
-	// incomplete or unwritable; otherwise it may only echo Put's return.
-	var perm permanentError
-	switch {
-	case prodErr != nil && (errors.Is(prodErr, ErrIncomplete) || errors.As(prodErr, &perm)):
-		return events.SpillHandle{}, prodErr
-	case putErr != nil:
-		return events.SpillHandle{}, fmt.Errorf("spill: put %s into bucket %s: %w", req.Name, s.Bucket, putErr)
-	case prodErr != nil:
-		return events.SpillHandle{}, prodErr
+	// The name's object before this one (if any): its chunks go once the
+	// new info has replaced it, as the object store's own Put does.
+	old, err := obs.GetInfo(ctx, req.Name, jetstream.GetObjectInfoShowDeleted())
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return events.SpillHandle{}, fmt.Errorf("spill: read the info of %s in bucket %s: %w", req.Name, s.Bucket, err)
 	}
-	if read.Sum32() != w.checksum() || info.Size != w.Size() {
-		return events.SpillHandle{}, fmt.Errorf("%w: put %s stored %d bytes with CRC-32C %08x, but %d bytes with CRC-32C %08x were written",
-			ErrDigestMismatch, req.Name, info.Size, read.Sum32(), w.Size(), w.checksum())
+
+	// The transcript goes straight from the stream into chunks, each
+	// published as it fills with at most putWindow awaiting their acks; the
+	// info follows only once every chunk is stored. Whatever fails before
+	// that purges the chunks sent, so the bucket never holds an info that
+	// names missing chunks, nor chunks no info names.
+	size := s.chunkSize()
+	info := &jetstream.ObjectInfo{
+		ObjectMeta: jetstream.ObjectMeta{
+			Name:        req.Name,
+			Description: fmt.Sprintf("seamguard transcript of session %s: %d events, stream sequences %d to %d", req.Session, req.Events, req.FirstSeq, req.LastSeq),
+			Metadata: map[string]string{
+				metaSession:    req.Session,
+				metaRangeStart: strconv.FormatUint(req.Range.Start, 10),
+				metaRangeEnd:   strconv.FormatUint(req.Range.End, 10),
+				metaEvents:     strconv.FormatUint(req.Events, 10),
+				metaFirstSeq:   strconv.FormatUint(req.FirstSeq, 10),
+				metaLastSeq:    strconv.FormatUint(req.LastSeq, 10),
+			},
+			Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(size)},
+		},
+		Bucket: s.Bucket,
+		NUID:   nuid.Next(),
+	}
+	ow := newObjectWriter(ctx, s.JS, s.Bucket, info.NUID, size)
+	w := &Writer{w: ow}
+	err = s.produce(ctx, req, w)
+	if err == nil {
+		err = ow.close()
+	}
+	putErr := ow.err // the bucket's failure, which a write's error wraps
+	if err == nil {
+		info.Size, info.Chunks, info.Digest = ow.total, ow.chunks, ow.digest()
+		putErr = s.putInfo(ctx, obs, info)
+		err = putErr
+	}
+	if err != nil {
+		s.purgeChunks(ctx, ow.subject)
+		if putErr != nil && ctx.Err() == nil {
+			return events.SpillHandle{}, fmt.Errorf("spill: put %s into bucket %s: %w", req.Name, s.Bucket, putErr)
+		}
+		return events.SpillHandle{}, err
+	}
+	if info.Size != w.Size() {
+		return events.SpillHandle{}, fmt.Errorf("%w: put %s stored %d bytes, but %d bytes were written",
+			ErrDigestMismatch, req.Name, info.Size, w.Size())
+	}
+	if old != nil && !old.Deleted && old.NUID != info.NUID {
+		s.purgeChunks(ctx, "$O."+s.Bucket+".C."+old.NUID)
 	}
 	stored, err := obs.GetInfo(ctx, req.Name)
 	if err != nil {
@@ -291,8 +305,6 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 		LastSeq:  req.LastSeq,
 	}, nil
 }
-
-var errPutReturned = errors.New("spill: the object store put returned")
 
 // checkEnds makes sure the transcript's first and last events are still in
 // the stream before anything is read.
@@ -400,8 +412,8 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 				ErrUnavailable, s.Stream, req.Session, seq, req.LastSeq)
 		}
 	}
-	// Checked before the pipe closes cleanly, so that Put never stores a
-	// transcript with holes.
+	// Checked before the last chunk goes out, so that no info is ever
+	// written for a transcript with holes.
 	if w.Events() != req.Events {
 		return fmt.Errorf("%w: stream %s holds %d accepted events of session %s between sequences %d and %d, but the ledger counted %d: some were deleted",
 			ErrIncomplete, s.Stream, w.Events(), req.Session, req.FirstSeq, req.LastSeq, req.Events)
@@ -466,12 +478,13 @@ func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Ms
 		return permanent(fmt.Errorf("spill: encode the event at stream sequence %d: %w", seq, err))
 	}
 	*buf = line
-	return w.WriteLine(line) // fails only when Put stopped reading
+	return w.WriteLine(line) // fails only when the bucket refused a chunk
 }
 
-// FullReader fills every buffer it is given unless R ends: the object
-// store makes one chunk of each Read, and a pipe returns one Write at a
-// time, which would halve the chunk size. Put reads through it.
+// FullReader fills every buffer it is given unless R ends: nats.go's
+// object store Put makes one chunk of each Read, and a pipe returns one
+// Write at a time, which would halve the chunk size. The bench's reference
+// pipe reads through it.
 type FullReader struct{ R io.Reader }
 
 func (f FullReader) Read(p []byte) (int, error) {

@@ -164,6 +164,37 @@ func smallSession(t *testing.T, h *harness, n int, content string) (ledger.Spill
 	return req, seqs
 }
 
+// TestSpillIsAnObject reads a spill of many chunks with nats.go's own
+// object store API: Write lays it out as the object store does.
+func TestSpillIsAnObject(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := testCtx(t)
+	req, _ := smallSession(t, h, 300, strings.Repeat("o", 5000))
+	h.store.ChunkSize = 100 << 10 // several chunks, the last one short
+	hd, err := h.store.Write(ctx, req)
+	require.NoError(t, err)
+	obs, err := h.js.ObjectStore(ctx, Bucket)
+	require.NoError(t, err)
+	got, err := obs.GetBytes(ctx, req.Name)
+	require.NoError(t, err, "nats.go reads it and checks its digest")
+	assert.Equal(t, string(h.expected("alpha")), string(got))
+	info, err := obs.GetInfo(ctx, req.Name)
+	require.NoError(t, err)
+	assert.Equal(t, hd.Digest, info.Digest)
+	assert.Equal(t, uint32(100<<10), info.Opts.ChunkSize)
+	assert.Equal(t, uint32((len(got)+(100<<10)-1)/(100<<10)), info.Chunks)
+	assert.Equal(t, "alpha", info.Metadata[metaSession])
+
+	// Written again under the same name: the first version's chunks go.
+	h.store.ChunkSize = 0
+	_, err = h.store.Write(ctx, req)
+	require.NoError(t, err)
+	requireOnly(ctx, t, h, req.Name)
+	got, err = obs.GetBytes(ctx, req.Name)
+	require.NoError(t, err)
+	assert.Equal(t, string(h.expected("alpha")), string(got))
+}
+
 func TestWriteIncomplete(t *testing.T) {
 	subject := events.Subjects{}.Events("alpha")
 	for _, tc := range []struct {
@@ -293,6 +324,7 @@ func TestWritePutRejected(t *testing.T) {
 	require.NoError(t, err)
 	req, _ := smallSession(t, h, 120, strings.Repeat("y", 8<<10)) // about 1 MB
 	h.store.Retries = 2
+	h.store.ChunkSize = 64 << 10 // the bucket refuses the fifth chunk, not the first
 
 	base := goroutines()
 	_, err = h.store.Write(ctx, req)
@@ -317,50 +349,61 @@ func objStream(ctx context.Context, h *harness) (*jetstream.StreamInfo, error) {
 	return s.Info(ctx)
 }
 
-// flakyJS hands out object stores whose Put misbehaves as put says.
+// flakyJS lets fail (or watch) the publishes of an object's chunks: fail
+// gets the number of the chunk publish (from 1, over all attempts) and
+// returns the error to fail it with, or nil to send it.
 type flakyJS struct {
 	jetstream.JetStream
-	put func(ctx context.Context, obs jetstream.ObjectStore, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error)
+	n    *atomic.Int32
+	fail func(n int32) error
 }
 
-func (f flakyJS) ObjectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
-	obs, err := f.JetStream.ObjectStore(ctx, bucket)
-	if err != nil {
-		return nil, err
+func (f flakyJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if strings.HasPrefix(m.Subject, "$O."+Bucket+".C.") {
+		if err := f.fail(f.n.Add(1)); err != nil {
+			return nil, err
+		}
 	}
-	return flakyObs{obs, f.put}, nil
+	return f.JetStream.PublishMsgAsync(m, opts...)
 }
 
-type flakyObs struct {
-	jetstream.ObjectStore
-	put func(ctx context.Context, obs jetstream.ObjectStore, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error)
-}
-
-func (o flakyObs) Put(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
-	return o.put(ctx, o.ObjectStore, meta, r)
+// requireOnly checks that the bucket holds the spill name and nothing else:
+// its info and exactly its chunks, none left over from failed attempts.
+func requireOnly(ctx context.Context, t *testing.T, h *harness, name string) {
+	t.Helper()
+	info, err := h.store.Info(ctx, name)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "chunks of failed attempts were left in the bucket", func() bool {
+		si, err := objStream(ctx, h)
+		return err == nil && si.State.Msgs == uint64(info.Chunks)+1
+	})
 }
 
 func TestWriteRetriesTransientFailures(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := testCtx(t)
 	req, _ := smallSession(t, h, 200, strings.Repeat("z", 4<<10)) // several chunks
-	var calls atomic.Int32
-	h.store.JS = flakyJS{h.js, func(ctx context.Context, obs jetstream.ObjectStore, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
-		if calls.Add(1) <= 2 {
-			// Read a little, then fail, leaving the producer mid-stream.
-			_, _ = r.Read(make([]byte, 1000))
-			return nil, nats.ErrTimeout
+	h.store.ChunkSize = 64 << 10
+	var n atomic.Int32
+	h.store.JS = flakyJS{h.js, &n, func(n int32) error {
+		if n == 3 || n == 5 {
+			// Chunks 1 and 2 of the first attempt are sent, chunk 3 is
+			// not; then chunk 2 of the second attempt.
+			return nats.ErrTimeout
 		}
-		return obs.Put(ctx, meta, r)
+		return nil
 	}}
 	base := goroutines()
 	hd, err := h.store.Write(ctx, req)
 	require.NoError(t, err)
-	assert.Equal(t, int32(3), calls.Load())
 	digest, size, err := Digest(bytes.NewReader(h.expected("alpha")))
 	require.NoError(t, err)
 	assert.Equal(t, digest, hd.Digest)
 	assert.Equal(t, size, hd.Size)
+	info, err := h.store.Info(ctx, req.Name)
+	require.NoError(t, err)
+	assert.Equal(t, int32(5)+int32(info.Chunks), n.Load(), "two failed attempts (3 and 2 chunk publishes), then the whole object")
+	requireOnly(ctx, t, h, req.Name)
 	settles(t, base)
 }
 
@@ -368,18 +411,21 @@ func TestWriteCancelledMidPut(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := testCtx(t)
 	req, _ := smallSession(t, h, 200, strings.Repeat("c", 8<<10))
+	h.store.ChunkSize = 64 << 10
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var calls atomic.Int32
-	h.store.JS = flakyJS{h.js, func(ctx context.Context, obs jetstream.ObjectStore, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
-		calls.Add(1)
-		return obs.Put(ctx, meta, &cancelAfter{r: r, n: 3, cancel: cancel})
+	var n atomic.Int32
+	h.store.JS = flakyJS{h.js, &n, func(n int32) error {
+		if n == 3 {
+			cancel()
+		}
+		return nil
 	}}
 	h.store.Retries = 5
 	base := goroutines()
 	_, err := h.store.Write(wctx, req)
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, int32(1), calls.Load(), "no retry once ctx is done")
+	assert.Equal(t, int32(3), n.Load(), "no chunk sent once ctx is done, and no retry")
 	t.Log(err)
 	settles(t, base)
 	_, err = h.store.Info(ctx, req.Name)
@@ -388,20 +434,6 @@ func TestWriteCancelledMidPut(t *testing.T) {
 		si, err := objStream(ctx, h)
 		return err == nil && si.State.Msgs == 0
 	})
-}
-
-// cancelAfter cancels after n reads.
-type cancelAfter struct {
-	r      io.Reader
-	n      int
-	cancel func()
-}
-
-func (c *cancelAfter) Read(p []byte) (int, error) {
-	if c.n--; c.n == 0 {
-		c.cancel()
-	}
-	return c.r.Read(p)
 }
 
 func TestWriteCancelledDuringBackoff(t *testing.T) {
@@ -454,7 +486,8 @@ func goroutines() int { return runtime.NumGoroutine() }
 func TestGetDetectsMissingChunk(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := testCtx(t)
-	req, _ := smallSession(t, h, 60, strings.Repeat("m", 8<<10)) // about 4 chunks
+	req, _ := smallSession(t, h, 60, strings.Repeat("m", 8<<10))
+	h.store.ChunkSize = 128 << 10 // about 4 chunks
 	hd, err := h.store.Write(ctx, req)
 	require.NoError(t, err)
 	info, err := h.store.Info(ctx, hd.Name)
