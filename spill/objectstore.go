@@ -263,6 +263,7 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 		err = putErr
 	}
 	if err != nil {
+		ow.abandon()
 		s.purgeChunks(ctx, ow.subject)
 		if putErr != nil && ctx.Err() == nil {
 			return events.SpillHandle{}, fmt.Errorf("spill: put %s into bucket %s: %w", req.Name, s.Bucket, putErr)

@@ -154,6 +154,23 @@ func (o *objectWriter) close() error {
 	return o.err
 }
 
+// abandon waits, for ackWait at most, until the chunks in flight are
+// answered, so that a purge after a failure finds every chunk that will
+// ever land.
+func (o *objectWriter) abandon() {
+	t := time.NewTimer(ackWait)
+	defer t.Stop()
+	for _, c := range o.flight {
+		select {
+		case <-c.f.Ok():
+		case <-c.f.Err():
+		case <-t.C:
+			return
+		}
+	}
+	o.flight = nil
+}
+
 // digest is the object store digest of everything sent.
 func (o *objectWriter) digest() string { return jetstream.GetObjectDigestValue(o.h) }
 

@@ -162,8 +162,9 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 
 // rawPipe reads the messages of req's transcript with an ordered consumer
 // pulling as the spill does, and puts their bodies, a line each, into the
-// object store through a pipe, as the spill does, with no decoding,
-// replay or encoding.
+// object store with its own Put (128 KiB chunks) through a pipe: the
+// broker's read-then-put with nothing of seamguard in it, no decoding,
+// replay or encoding, and the stock chunking.
 func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, cfg processor.Config, req ledger.SpillRequest) (time.Duration, error) {
 	start := time.Now()
 	cons, err := js.OrderedConsumer(ctx, cfg.Names().Events, jetstream.OrderedConsumerConfig{
