@@ -2,9 +2,12 @@ package events
 
 import (
 	"encoding/json"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // the child's zone, also where the system has no zoneinfo
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -554,6 +557,12 @@ func TestDecodeCustomPrefix(t *testing.T) {
 
 // Decoded times must not depend on the local time zone: a process in another
 // zone must decode (and spill) the same event to equal values.
+//
+// The local zone is the process's, set from TZ once at start: the test runs
+// itself again in a child whose zone has the event's offset (Europe/Paris,
+// +01:00 in January), rather than change time.Local here, which every
+// goroutine reading the clock (an embedded server's, from another test)
+// would race with.
 func TestDecodeTimeIgnoresLocalZone(t *testing.T) {
 	decode := func(ts string) time.Time {
 		t.Helper()
@@ -563,15 +572,23 @@ func TestDecodeTimeIgnoresLocalZone(t *testing.T) {
 		return ev.Time
 	}
 	utc := decode("2025-01-02T15:04:05Z")
-	assert.Equal(t, utc, decode("2025-01-02T15:04:05+00:00"))
-	assert.Equal(t, time.UTC, decode("2025-01-02T15:04:05-00:00").Location())
-
-	saved := time.Local
-	t.Cleanup(func() { time.Local = saved })
-	time.Local = time.FixedZone("XST", 3600) // a zone whose offset the event uses
+	if os.Getenv(localZoneChild) == "" {
+		assert.Equal(t, utc, decode("2025-01-02T15:04:05+00:00"))
+		assert.Equal(t, time.UTC, decode("2025-01-02T15:04:05-00:00").Location())
+		cmd := exec.Command(os.Args[0], "-test.run=^TestDecodeTimeIgnoresLocalZone$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), localZoneChild+"=1", "TZ=Europe/Paris")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "the child in zone Europe/Paris:\n%s", out)
+		require.Contains(t, string(out), "--- PASS: TestDecodeTimeIgnoresLocalZone", "the child ran the test:\n%s", out)
+		return
+	}
+	_, offset := time.Date(2025, 1, 2, 16, 4, 5, 0, time.Local).Zone()
+	require.Equal(t, 3600, offset, "the child's local zone has the event's offset")
 	ts := decode("2025-01-02T16:04:05+01:00")
-	time.Local = saved
 	assert.Equal(t, "", ts.Location().String(), "an unnamed fixed zone, not the local one")
 	assert.True(t, ts.Equal(utc))
 	assert.Equal(t, "2025-01-02T16:04:05+01:00", ts.Format(time.RFC3339))
 }
+
+// localZoneChild marks the child process of TestDecodeTimeIgnoresLocalZone.
+const localZoneChild = "SEAMGUARD_TEST_LOCAL_ZONE_CHILD"
