@@ -1219,7 +1219,13 @@ func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.P
 			return nil, ctx.Err()
 		}
 		t.Stop()
-		p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
+		if attempt >= 2 {
+			// Not answered for a while: say where the stream stands, which
+			// tells a lost leader from a lost connection.
+			p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err, "attempt", attempt+1, "verdict_stream", p.placement(ctx))
+		} else {
+			p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
+		}
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
@@ -1233,6 +1239,25 @@ func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.P
 			}
 		}
 	}
+}
+
+// placement describes the verdict stream's leader and replicas as the
+// server reports them now, for a log line.
+func (p *Processor) placement(ctx context.Context) string {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := p.res.Verdicts.Info(ictx)
+	switch {
+	case err != nil:
+		return "unknown: " + err.Error()
+	case info.Cluster == nil:
+		return fmt.Sprintf("last seq %d, single server", info.State.LastSeq)
+	}
+	out := fmt.Sprintf("last seq %d, leader %q", info.State.LastSeq, info.Cluster.Leader)
+	for _, r := range info.Cluster.Replicas {
+		out += fmt.Sprintf(", %s current=%v offline=%v lag=%d", r.Name, r.Current, r.Offline, r.Lag)
+	}
+	return out
 }
 
 // load returns the cached session, reading its stored state on first use.
