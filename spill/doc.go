@@ -17,10 +17,11 @@
 // ledger.SpillRequest. It reads the session's events back from the events
 // stream with an ordered consumer, from the request's FirstSeq to its
 // LastSeq, and writes them straight into the object's chunks (512 KiB each
-// by default, see Store.ChunkSize), publishing each as it fills with at
-// most eight awaiting their acks, so that no transcript is ever held in
-// memory: a spill of any size raises the client's heap by about 13 MiB at
-// its peak (nine chunks and the garbage collector's slack). Which events
+// by default, see Store.ChunkSize). A goroutine of its own hashes and
+// publishes each chunk as it fills, with at most eight awaiting their acks,
+// while the next events are read; no transcript is ever held in memory: a
+// spill of any size raises the client's heap by about 16 MiB at its peak
+// (at most eleven chunks and the garbage collector's slack). Which events
 // go in is not guessed from the stream: every event that decodes is
 // replayed through a shadow ledger.Ledger with ledger.Step, and exactly
 // those Step accepts are written, as the live processor accepted them (rejected and duplicate

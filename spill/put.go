@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,10 +31,13 @@ const ackWait = 10 * time.Second
 
 // objectWriter writes an object's bytes into its bucket's stream as chunks
 // of a fixed size, the layout of the JetStream object store (the chunks on
-// $O.<bucket>.C.<nuid>, the info on $O.<bucket>.M.<name>), publishing each
-// chunk as it fills and hashing what it sends. It never publishes the info:
-// the caller does that once close has every chunk's ack, so that no info
-// ever names a chunk the stream does not hold. Not safe for concurrent use.
+// $O.<bucket>.C.<nuid>, the info on $O.<bucket>.M.<name>). The caller fills
+// chunks; a goroutine of the writer hashes and publishes each full one, with
+// at most putWindow awaiting their acks, so that hashing and sending overlap
+// with reading the next events. It never publishes the info: the caller
+// does that once close has every chunk's ack, so that no info ever names a
+// chunk the stream does not hold. Write, WriteByte, close and abandon are
+// called from one goroutine.
 type objectWriter struct {
 	ctx     context.Context
 	js      jetstream.JetStream
@@ -41,13 +45,22 @@ type objectWriter struct {
 	subject string // $O.<bucket>.C.<nuid>
 	size    int
 
-	buf    []byte   // the chunk being filled
-	spare  [][]byte // chunk buffers whose publish is acknowledged
-	flight []inFlight
+	buf    []byte        // the chunk being filled
+	made   int           // chunk buffers allocated
+	full   chan []byte   // filled chunks, for the sender
+	free   chan []byte   // buffers the sender is done with
+	done   chan struct{} // closed when the sender has ended
+	closed bool          // full is closed
+	err    error         // the first failure seen here
+
+	mu      sync.Mutex
+	sendErr error // the sender's first failure
+
+	// The sender's; read once done is closed.
 	h      hash.Hash
 	total  uint64
 	chunks uint32
-	err    error // the first failure; every later call returns it
+	flight []inFlight
 }
 
 // inFlight is a chunk sent and not yet acknowledged.
@@ -56,14 +69,21 @@ type inFlight struct {
 	buf []byte // reused only once f says the chunk is stored
 }
 
+// maxChunks bounds the chunk buffers of one writer: those in flight, one
+// being sent, one queued and one being filled.
+const maxChunks = putWindow + 3
+
 func newObjectWriter(ctx context.Context, js jetstream.JetStream, bucket, nuid string, size int) *objectWriter {
-	return &objectWriter{
+	o := &objectWriter{
 		ctx: ctx, js: js, stream: "OBJ_" + bucket, subject: "$O." + bucket + ".C." + nuid, size: size,
-		buf: make([]byte, 0, size), h: sha256.New(),
+		buf: make([]byte, 0, size), made: 1, h: sha256.New(),
+		full: make(chan []byte, 1), free: make(chan []byte, maxChunks), done: make(chan struct{}),
 	}
+	go o.sender()
+	return o
 }
 
-// Write copies p into chunks, sending each one that fills.
+// Write copies p into chunks, handing each one that fills to the sender.
 func (o *objectWriter) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 && o.err == nil {
@@ -93,35 +113,92 @@ func (o *objectWriter) WriteByte(c byte) error {
 // sends the last, short one.
 func (o *objectWriter) Flush() error { return o.err }
 
-// send publishes the chunk in buf, first waiting for acks while putWindow
-// chunks are in flight.
+// send hands the chunk in buf to the sender and takes an empty buffer,
+// waiting while every buffer is in use.
 func (o *objectWriter) send() error {
 	if len(o.buf) == 0 {
 		return nil
 	}
+	if err := o.failed(); err != nil {
+		return err
+	}
 	if err := o.ctx.Err(); err != nil {
 		return err
 	}
-	for len(o.flight) >= putWindow {
+	select {
+	case o.full <- o.buf:
+	case <-o.done:
+		return o.failed()
+	}
+	select {
+	case b := <-o.free:
+		o.buf = b[:0]
+		return nil
+	default:
+	}
+	if o.made < maxChunks {
+		o.made++
+		o.buf = make([]byte, 0, o.size)
+		return nil
+	}
+	select {
+	case b := <-o.free:
+		o.buf = b[:0]
+		return nil
+	case <-o.done:
+		o.buf = nil
+		return o.failed()
+	}
+}
+
+// failed returns the sender's first failure.
+func (o *objectWriter) failed() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.sendErr
+}
+
+func (o *objectWriter) fail(err error) {
+	o.mu.Lock()
+	if o.sendErr == nil {
+		o.sendErr = err
+	}
+	o.mu.Unlock()
+}
+
+// sender hashes and publishes the chunks in order until full is closed or
+// a chunk fails; then it waits for the acks of those in flight, unless one
+// failed (abandon waits for them then).
+func (o *objectWriter) sender() {
+	defer close(o.done)
+	for b := range o.full {
+		for len(o.flight) >= putWindow && o.failed() == nil {
+			if err := o.settle(); err != nil {
+				o.fail(err)
+			}
+		}
+		if err := o.ctx.Err(); err != nil {
+			o.fail(err)
+		}
+		if o.failed() != nil {
+			return
+		}
+		o.h.Write(b)
+		msg := &nats.Msg{Subject: o.subject, Data: b}
+		f, err := o.js.PublishMsgAsync(msg, jetstream.WithExpectStream(o.stream))
+		if err != nil {
+			o.fail(fmt.Errorf("spill: send chunk %d to %s: %w", o.chunks+1, o.stream, err))
+			return
+		}
+		o.flight = append(o.flight, inFlight{f: f, buf: b})
+		o.total += uint64(len(b))
+		o.chunks++
+	}
+	for len(o.flight) > 0 && o.failed() == nil {
 		if err := o.settle(); err != nil {
-			return err
+			o.fail(err)
 		}
 	}
-	o.h.Write(o.buf)
-	msg := &nats.Msg{Subject: o.subject, Data: o.buf}
-	f, err := o.js.PublishMsgAsync(msg, jetstream.WithExpectStream(o.stream))
-	if err != nil {
-		return fmt.Errorf("spill: send chunk %d to %s: %w", o.chunks+1, o.stream, err)
-	}
-	o.flight = append(o.flight, inFlight{f: f, buf: o.buf})
-	o.total += uint64(len(o.buf))
-	o.chunks++
-	if n := len(o.spare); n > 0 {
-		o.buf, o.spare = o.spare[n-1][:0], o.spare[:n-1]
-	} else {
-		o.buf = make([]byte, 0, o.size)
-	}
-	return nil
 }
 
 // settle waits for the ack of the oldest chunk in flight.
@@ -139,7 +216,7 @@ func (o *objectWriter) settle() error {
 		return o.ctx.Err()
 	}
 	o.flight = append(o.flight[:0], o.flight[1:]...)
-	o.spare = append(o.spare, c.buf)
+	o.free <- c.buf // never blocks: free holds every buffer there is
 	return nil
 }
 
@@ -148,16 +225,28 @@ func (o *objectWriter) close() error {
 	if o.err == nil {
 		o.err = o.send()
 	}
-	for o.err == nil && len(o.flight) > 0 {
-		o.err = o.settle()
+	o.stop()
+	if o.err == nil {
+		o.err = o.failed()
 	}
 	return o.err
 }
 
-// abandon waits, for ackWait at most, until the chunks in flight are
-// answered, so that a purge after a failure finds every chunk that will
-// ever land.
+// stop ends the sender and waits for it.
+func (o *objectWriter) stop() {
+	if !o.closed {
+		o.closed = true
+		close(o.full)
+	}
+	<-o.done
+}
+
+// abandon ends the sender and waits, for ackWait at most, until the chunks
+// still in flight are answered, so that a purge after a failure finds
+// every chunk that will ever land.
 func (o *objectWriter) abandon() {
+	o.fail(errAbandoned)
+	o.stop()
 	t := time.NewTimer(ackWait)
 	defer t.Stop()
 	for _, c := range o.flight {
@@ -170,6 +259,8 @@ func (o *objectWriter) abandon() {
 	}
 	o.flight = nil
 }
+
+var errAbandoned = errors.New("spill: the put was abandoned")
 
 // digest is the object store digest of everything sent.
 func (o *objectWriter) digest() string { return jetstream.GetObjectDigestValue(o.h) }

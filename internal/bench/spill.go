@@ -162,9 +162,9 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 
 // rawPipe reads the messages of req's transcript with an ordered consumer
 // pulling as the spill does, and puts their bodies, a line each, into the
-// object store with its own Put (128 KiB chunks) through a pipe: the
-// broker's read-then-put with nothing of seamguard in it, no decoding,
-// replay or encoding, and the stock chunking.
+// object store with its own Put through a pipe, in chunks of the spill's
+// size: the broker's read-then-put as the spill uses the broker, with
+// nothing of seamguard in it (no decoding, replay or encoding).
 func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, cfg processor.Config, req ledger.SpillRequest) (time.Duration, error) {
 	start := time.Now()
 	cons, err := js.OrderedConsumer(ctx, cfg.Names().Events, jetstream.OrderedConsumerConfig{
@@ -202,12 +202,18 @@ func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectSt
 		}
 		pw.CloseWithError(bw.Flush())
 	}()
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/pipe.jsonl"}, spill.FullReader{R: pr})
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/pipe.jsonl", Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(pipeChunk(js))}}, spill.FullReader{R: pr})
 	pr.Close()
 	if err != nil {
 		return 0, fmt.Errorf("bench: pipe: %w", err)
 	}
 	return time.Since(start), nil
+}
+
+// pipeChunk is the chunk size spill.Store uses by default on js's
+// connection.
+func pipeChunk(js jetstream.JetStream) int {
+	return min(spill.DefaultChunkSize, int(js.Conn().MaxPayload())/2)
 }
 
 func rawPut(ctx context.Context, obs jetstream.ObjectStore, path string) (time.Duration, error) {
