@@ -19,6 +19,26 @@ const (
 	CodeSessionClosed    Code = "session_closed"
 	CodeOffsetConflict   Code = "offset_conflict"
 	CodeRangeOutOfBounds Code = "range_out_of_bounds"
+	// CodeTooLarge: an attribute or field is over its bound (see MaxIDBytes,
+	// MaxNoteBytes); the rejection names the field.
+	CodeTooLarge Code = "too_large"
+	// CodeStateLimit: applying the event would take the session's ledger
+	// past one of its configured limits; the session is halted at once.
+	CodeStateLimit Code = "state_limit"
+)
+
+// Bounds on input and output (CONTRACT.md section 7).
+const (
+	// MaxIDBytes bounds id, source, request_id and every extension value.
+	MaxIDBytes = 256
+	// MaxNoteBytes bounds the note of session.resumed.
+	MaxNoteBytes = 4096
+	// MaxQuoteBytes bounds how much of any input value an output quotes.
+	MaxQuoteBytes = 256
+	// MaxAtRiskRanges bounds the at-risk ranges one reason lists.
+	MaxAtRiskRanges = 1000
+	// MaxOutputBytes is the most an output event may take, encoded.
+	MaxOutputBytes = 64 << 10
 )
 
 // ReasonCode names a failed check or a rule-1 refusal of a compaction request

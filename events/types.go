@@ -214,6 +214,10 @@ type SpillHandle struct {
 	Events   uint64 `json:"events"`
 	FirstSeq uint64 `json:"first_seq"`
 	LastSeq  uint64 `json:"last_seq"`
+	// Previous names the spill before this one in the session's chain, nil
+	// for the first. Range covers the whole chain; FirstSeq, LastSeq,
+	// Events, Size and Digest describe this object alone.
+	Previous *string `json:"previous"`
 }
 
 // Reason is one failed check of a compaction request, or the rule-1 reason of
@@ -222,6 +226,16 @@ type Reason struct {
 	Code    ReasonCode `json:"code"`
 	Message string     `json:"message"`
 	AtRisk  []Range    `json:"at_risk"`
+	// AtRiskTruncated is true when AtRisk lists only the first
+	// MaxAtRiskRanges ranges; AtRiskTotal then counts them all.
+	AtRiskTruncated bool         `json:"at_risk_truncated,omitempty"`
+	AtRiskTotal     *AtRiskTotal `json:"at_risk_total,omitempty"`
+}
+
+// AtRiskTotal counts every at-risk range of a reason whose list was cut.
+type AtRiskTotal struct {
+	Ranges uint64 `json:"ranges"`
+	Units  uint64 `json:"units"`
 }
 
 // Next tells an agent what to do after a refusal.

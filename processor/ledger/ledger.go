@@ -166,6 +166,15 @@ type SpillRequest struct {
 	FirstSeq uint64
 	LastSeq  uint64
 	Events   uint64
+	// Previous is the name of the session's spill before this one, "" for
+	// the first: this object holds only the events after the previous
+	// one's LastSeq (an incremental spill), and Range is what the chain
+	// makes recoverable.
+	Previous string
+	// MaxBytes is the most this object may hold (what is left of the
+	// session's spill quota); 0 means no limit. A writer that would exceed
+	// it fails the spill, which halts the session (rule 5).
+	MaxBytes uint64
 }
 
 // Result is what one Step produced. Outputs must be published, and a Spill
