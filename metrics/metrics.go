@@ -3,6 +3,7 @@ package metrics
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,7 @@ var RejectionCodes = []events.Code{
 	events.CodeMalformed, events.CodeMissingAttribute, events.CodeBadSpecversion, events.CodeBadSessionID,
 	events.CodeSubjectMismatch, events.CodeUnknownType, events.CodeBadData, events.CodeUnknownSession,
 	events.CodeAlreadyOpen, events.CodeSessionClosed, events.CodeOffsetConflict, events.CodeRangeOutOfBounds,
+	events.CodeTooLarge, events.CodeStateLimit,
 }
 
 // ReasonCodes are the contract's reason codes: the checks, then rule 1.
@@ -88,6 +90,10 @@ type Recorder struct {
 	consumerLag     *prometheus.GaugeVec
 	consumerPending *prometheus.GaugeVec
 	pollErrors      prometheus.Counter
+	stuck           prometheus.Gauge
+	stuckSession    *prometheus.GaugeVec
+	stuckMu         sync.Mutex
+	stuckNamed      map[string]bool
 
 	byType   map[string]prometheus.Counter // read-only after New
 	okCode   map[events.Code]bool
@@ -162,13 +168,23 @@ func New() *Recorder {
 			Name: "seamguard_consumer_poll_errors_total",
 			Help: "Failed requests for a consumer's info while polling the consumer lag.",
 		}),
-		byType:   map[string]prometheus.Counter{},
-		okCode:   map[events.Code]bool{},
-		okReason: map[events.ReasonCode]bool{},
-		okKind:   map[string]bool{},
+		stuck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seamguard_sessions_stuck",
+			Help: "Sessions whose effects could not be made durable: their inputs wait, unacknowledged, and the processor reports itself unready.",
+		}),
+		stuckSession: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seamguard_session_stuck",
+			Help: "1 for each stuck session, by session id (at most 64 are named; seamguard_sessions_stuck counts them all).",
+		}, []string{"session"}),
+		stuckNamed: map[string]bool{},
+		byType:     map[string]prometheus.Counter{},
+		okCode:     map[events.Code]bool{},
+		okReason:   map[events.ReasonCode]bool{},
+		okKind:     map[string]bool{},
 	}
 	r.reg.MustRegister(r.events, r.rejections, r.verdicts, r.reasons, r.spills, r.spillBytes, r.spillFailures,
 		r.spillSeconds, r.decision, r.snapshot, r.casConflicts, r.consumerLag, r.consumerPending, r.pollErrors,
+		r.stuck, r.stuckSession,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range InputTypes {
 		r.byType[t] = r.events.WithLabelValues(t)
@@ -276,6 +292,28 @@ func (r *Recorder) Stored(took time.Duration) { r.snapshot.Observe(took.Seconds(
 
 // CASConflict counts a revision mismatch of the session bucket.
 func (r *Recorder) CASConflict() { r.casConflicts.Inc() }
+
+// maxStuckNamed bounds the sessions seamguard_session_stuck names.
+const maxStuckNamed = 64
+
+// Stuck counts a session that became stuck (stuck true) or no longer is.
+func (r *Recorder) Stuck(session string, stuck bool) {
+	r.stuckMu.Lock()
+	defer r.stuckMu.Unlock()
+	if stuck {
+		r.stuck.Inc()
+		if len(r.stuckNamed) < maxStuckNamed {
+			r.stuckNamed[session] = true
+			r.stuckSession.WithLabelValues(session).Set(1)
+		}
+		return
+	}
+	r.stuck.Dec()
+	if r.stuckNamed[session] {
+		delete(r.stuckNamed, session)
+		r.stuckSession.DeleteLabelValues(session)
+	}
+}
 
 // WatchProcessor registers gauges and counters read from a processor when
 // scraped: whether it consumes, and its runtime Stats.

@@ -27,6 +27,9 @@ const (
 	DefaultSpillRetries       = 3
 	DefaultPartitions         = 4
 	DefaultLeaseTTL           = 15 * time.Second
+	DefaultRetryFor           = 30 * time.Second
+	DefaultDrainTimeout       = 25 * time.Second
+	DefaultMaxSessions        = 250_000
 )
 
 // Config configures a Processor. Its zero value is a working single-server
@@ -106,6 +109,23 @@ type Config struct {
 	// SpillVerify reads every spill back after writing it and checks its
 	// digest.
 	SpillVerify bool
+
+	// RetryFor bounds how long a batch retries transient failures in
+	// place (NATS not answering, a publish or state write unconfirmed);
+	// 0 means 30s. Past it, each session still waiting is left stuck: its
+	// inputs stay unacknowledged and are tried again on redelivery, the
+	// processor reports itself unready, and every other session goes on.
+	// Failures that retrying cannot fix are not retried at all.
+	RetryFor time.Duration
+	// DrainTimeout bounds a drain (Run's ctx cancelled); 0 means 25s. Past
+	// it, Run stops as Abort does, whatever is stuck, and still hands its
+	// partitions over, so that another instance takes them at once.
+	DrainTimeout time.Duration
+	// MaxSessions bounds the sessions a processor keeps in memory, live or
+	// as idle snapshots; 0 means 250,000. Past it, the sessions used least
+	// lately are dropped from memory (their state is in the bucket) and
+	// read again when they are next used.
+	MaxSessions int
 }
 
 // WithDefaults returns c with every zero field set to its default, as a
@@ -150,6 +170,9 @@ func (c Config) withDefaults() Config {
 	set(&c.SpillRetries, DefaultSpillRetries)
 	set(&c.Partitions, DefaultPartitions)
 	setD(&c.LeaseTTL, DefaultLeaseTTL)
+	setD(&c.RetryFor, DefaultRetryFor)
+	setD(&c.DrainTimeout, DefaultDrainTimeout)
+	set(&c.MaxSessions, DefaultMaxSessions)
 	return c
 }
 
@@ -162,7 +185,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"Replicas", c.Replicas}, {"Partitions", c.Partitions}, {"Shards", c.Shards}, {"QueueDepth", c.QueueDepth}, {"MaxBatch", c.MaxBatch}, {"MaxAckPending", c.MaxAckPending}, {"SpillRetries", c.SpillRetries}} {
+	}{{"Replicas", c.Replicas}, {"Partitions", c.Partitions}, {"Shards", c.Shards}, {"QueueDepth", c.QueueDepth}, {"MaxBatch", c.MaxBatch}, {"MaxAckPending", c.MaxAckPending}, {"SpillRetries", c.SpillRetries}, {"MaxSessions", c.MaxSessions}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %d; it must be 0 (the default) or more", f.name, f.v))
 		}
@@ -179,7 +202,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}} {
+	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"DrainTimeout", c.DrainTimeout}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
 		}

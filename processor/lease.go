@@ -37,6 +37,10 @@ type leases struct {
 	ttl    time.Duration
 	log    *slog.Logger
 	now    func() time.Time
+	// report is told, after each round, the round's first failure to
+	// reach the bucket, or nil (set before run; may be nil).
+	report func(error)
+	fault  error // this round's first failure (the run goroutine's own)
 
 	mu    sync.Mutex
 	parts []leaseState
@@ -131,7 +135,11 @@ func (l *leases) held() []int {
 func (l *leases) run(ctx context.Context) {
 	every := max(l.ttl/4, 10*time.Millisecond)
 	for {
+		l.fault = nil
 		l.round(ctx)
+		if l.report != nil && ctx.Err() == nil {
+			l.report(l.fault)
+		}
 		if sleep(ctx, every) != nil {
 			return
 		}
@@ -146,11 +154,13 @@ func (l *leases) round(ctx context.Context) {
 	}
 	if _, err := l.kv.Put(ctx, "m."+l.id, []byte(l.id)); err != nil && ctx.Err() == nil {
 		l.log.Warn("announcing this instance in the leases bucket failed", "bucket", l.bucket, "err", err)
+		l.failed(err)
 	}
 	members, err := l.members(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.log.Warn("counting the instances failed", "bucket", l.bucket, "err", err)
+			l.failed(err)
 		}
 		return
 	}
@@ -247,6 +257,14 @@ func (l *leases) renew(ctx context.Context, p int) {
 		return
 	}
 	l.log.Warn("renewing a partition's lease failed; retrying", "partition", p, "err", err)
+	l.failed(err)
+}
+
+// failed notes a failure to reach the bucket in this round.
+func (l *leases) failed(err error) {
+	if l.fault == nil {
+		l.fault = err
+	}
 }
 
 // take creates partition p's key if no one holds it.
@@ -262,6 +280,7 @@ func (l *leases) take(ctx context.Context, p int) bool {
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 			l.log.Warn("taking a partition's lease failed", "partition", p, "err", err)
+			l.failed(err)
 		}
 		return false
 	}

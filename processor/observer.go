@@ -39,6 +39,10 @@ type Observer interface {
 	// instance's own earlier write whose reply was lost or another
 	// instance's.
 	CASConflict()
+	// Stuck is called when a session becomes stuck (stuck true: its
+	// effects could not be made durable, its inputs wait for redelivery)
+	// and when it no longer is.
+	Stuck(session string, stuck bool)
 }
 
 // WithObserver sets the Observer; the default observes nothing.
@@ -53,6 +57,7 @@ func (nopObserver) Spilled(events.SpillHandle, time.Duration) {}
 func (nopObserver) SpillFailed()                              {}
 func (nopObserver) Stored(time.Duration)                      {}
 func (nopObserver) CASConflict()                              {}
+func (nopObserver) Stuck(string, bool)                        {}
 
 // observe reports an output the verdict stream has acknowledged to the
 // Observer and to the log: refusals, halts, violations and rejections at

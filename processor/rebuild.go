@@ -123,12 +123,12 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 // publish is not retried: if its ack is lost, a second rebuild sees whether
 // it landed.
 func (p *Processor) republish(ctx context.Context, o events.Output) error {
-	pub, err := p.publish(ctx, o)
+	pub, err := p.publish(ctx, &budget{limit: p.cfg.RetryFor}, o)
 	if err != nil {
 		return err
 	}
 	var ack *jetstream.PubAck
-	if ack, err = p.confirmAck(ctx, pub); err != nil {
+	if ack, err = p.confirmAck(ctx, &budget{limit: p.cfg.RetryFor}, pub); err != nil {
 		return err
 	}
 	if !ack.Duplicate {

@@ -40,8 +40,11 @@ type Processor struct {
 	mu    sync.Mutex
 	abort context.CancelFunc
 
-	running                             atomic.Bool
-	handled, fenced, reloaded, caughtUp atomic.Uint64
+	health troubles
+
+	running                                      atomic.Bool
+	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
+	cached                                       atomic.Int64 // sessions the shards hold
 }
 
 // Option adjusts a Processor for tests.
@@ -108,6 +111,28 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.abort = cancel
 	p.mu.Unlock()
+	// A drain that cannot finish (a session stuck, a server away) ends
+	// after DrainTimeout as an abort does: what it had not finished is
+	// redelivered to whoever takes its partitions.
+	var drainTimedOut atomic.Bool
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-ended:
+			return
+		}
+		t := time.NewTimer(p.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.log.Error("drain did not finish in time; stopping without it: unfinished inputs are redelivered to the next owner", "drain_timeout", p.cfg.DrainTimeout, "troubles", p.health.err())
+			drainTimedOut.Store(true)
+			cancel()
+		case <-ended:
+		}
+	}()
 
 	consumers := make([]jetstream.Consumer, 0, p.cfg.Partitions+1)
 	for part := -1; part < p.cfg.Partitions; part++ {
@@ -135,6 +160,13 @@ func (p *Processor) Run(ctx context.Context) error {
 		return fmt.Errorf("processor: bucket %s: %w", p.cfg.Names().Leases, err)
 	}
 	lease := newLeases(p.res.Leases, kstream, p.cfg.Names().Leases, p.cfg.Partitions, p.cfg.LeaseTTL, p.log)
+	lease.report = func(err error) {
+		if err != nil {
+			p.health.set("leases", fmt.Errorf("the bucket %s does not take this instance's writes: %w", p.cfg.Names().Leases, err))
+		} else {
+			p.health.clear("leases")
+		}
+	}
 	leaseCtx, stopLeases := context.WithCancel(hard)
 	leasesDone := make(chan struct{})
 	go func() {
@@ -187,8 +219,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	// partitions over now rather than let their leases expire.
 	stopLeases()
 	<-leasesDone
-	if hard.Err() == nil {
-		rctx, cancel := context.WithTimeout(hard, 5*time.Second)
+	if hard.Err() == nil || drainTimedOut.Load() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		lease.releaseAll(rctx)
 		cancel()
 	}
@@ -372,6 +404,9 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		// A fetch that filled its count with bytes to spare, or its bytes,
 		// may end with the server saying so: that is no failure.
 		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrBatchCompleted) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
+			if attempt > 0 {
+				p.health.clear("consumer " + name)
+			}
 			attempt = 0
 			continue
 		}
@@ -381,6 +416,9 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 			return err
 		}
 		p.log.Warn("fetching failed; retrying", "consumer", name, "err", err)
+		if attempt >= 2 {
+			p.health.set("consumer "+name, fmt.Errorf("fetching fails: %w", err))
+		}
 		if sleep(hard, backoff(attempt)) != nil {
 			return nil
 		}
@@ -397,7 +435,7 @@ func (p *Processor) Ready() error {
 	if st := p.status(); st != nats.CONNECTED {
 		return fmt.Errorf("processor: NATS connection is %s", st)
 	}
-	return nil
+	return p.health.err()
 }
 
 // Stats are counters of what the runtime did, for tests and metrics.
@@ -406,11 +444,15 @@ type Stats struct {
 	Fenced   uint64 // session states another instance had changed: cache dropped, inputs left to it
 	Reloaded uint64 // cached sessions read again after a break in delivery
 	CaughtUp uint64 // messages applied from the stream ahead of their redelivery
+	Dropped  uint64 // idle sessions dropped from memory past MaxSessions
+	Stuck    int    // sessions stuck now (see Config.RetryFor)
+	Sessions int    // sessions held in memory now (see Config.MaxSessions)
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
-	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load()}
+	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
+		Dropped: p.dropped.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load())}
 }
 
 // fetchWait is how long one fetch waits for messages, and so the longest a
@@ -500,7 +542,7 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 	bySubject := map[string][]uint64{}
 	var order []string
 	for seq := floor + 1; seq <= upto; {
-		raw, err := p.nextMsg(ctx, seq, filter)
+		raw, err := p.nextMsg(ctx, nil, seq, filter)
 		if err != nil {
 			return nil // stopping: nothing more is acknowledged
 		}
@@ -618,6 +660,22 @@ type shard struct {
 	woken int
 }
 
+// put caches sess.
+func (s *shard) put(sess *session) {
+	if _, ok := s.sessions[sess.id]; !ok {
+		s.p.cached.Add(1)
+	}
+	s.sessions[sess.id] = sess
+}
+
+// drop removes session id from the cache.
+func (s *shard) drop(id string) {
+	if _, ok := s.sessions[id]; ok {
+		s.p.cached.Add(-1)
+		delete(s.sessions, id)
+	}
+}
+
 // Idle sessions: a shard keeps the ledgers of the sessions it stepped
 // lately in memory, and every other session as its snapshot, a few dozen
 // bytes for most. A sweep, between batches, turns every session not stepped
@@ -631,7 +689,10 @@ var (
 	idleAll = false
 )
 
-// sweep idles every session that was not stepped since the last sweep.
+// sweep idles every session that was not stepped since the last sweep,
+// then, while the shard holds more than its share of MaxSessions, drops
+// idle sessions from memory altogether: their state is in the bucket, and
+// they are read again (and caught up from the stream) when next used.
 func (s *shard) sweep() {
 	s.woken = 0
 	for _, sess := range s.sessions {
@@ -645,6 +706,16 @@ func (s *shard) sweep() {
 				continue // stays live
 			}
 			sess.idle, sess.l = bytes.Clone(snap), nil
+		}
+	}
+	limit := max(1, s.p.cfg.MaxSessions/max(1, s.p.cfg.Shards))
+	for id, sess := range s.sessions {
+		if len(s.sessions) <= limit {
+			break
+		}
+		if sess.l == nil && !sess.dirty {
+			s.drop(id)
+			s.p.dropped.Add(1)
 		}
 	}
 }
@@ -710,19 +781,46 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	// batch: none of their inputs is acknowledged, nothing more of them is
 	// published, and their state is not stored.
 	var fenced map[string]bool
-	fence := func(id string, err error) {
-		p.log.Warn("session moved on under another instance; leaving it", "session", id, "err", err)
-		p.fenced.Add(1)
+	leave := func(id string) {
 		if fenced == nil {
 			fenced = map[string]bool{}
 		}
 		fenced[id] = true
-		delete(s.sessions, id)
+		s.drop(id)
+	}
+	fence := func(id string, err error) {
+		p.log.Warn("session moved on under another instance; leaving it", "session", id, "err", err)
+		p.fenced.Add(1)
+		leave(id)
+	}
+	// A session whose effects cannot be made durable now (a failure
+	// retrying cannot fix, or one that outlasted the batch's retry budget)
+	// is left like a fenced one: its inputs stay unacknowledged and are
+	// redelivered after the ack deadline, when it is tried again from its
+	// stored state. Until one of its inputs is finished it is stuck, and
+	// the processor reports itself unready. Every other session of the
+	// batch goes on. Only the end of Run (ctx) stops the batch.
+	b := &budget{limit: p.cfg.RetryFor}
+	park := func(id string, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if fenced[id] {
+			return nil
+		}
+		if p.health.set(stuckPrefix+id, err) {
+			p.obs.Stuck(id, true)
+		}
+		p.log.Error("session stuck: its inputs wait for redelivery", "session", id, "err", err, "stuck_sessions", p.health.stuck.Load())
+		leave(id)
+		return nil
 	}
 	for _, d := range batch {
 		if d.mark != nil {
-			if err := s.adopted(ctx, d, &acks, &pubs, &touched, fenced, fence); err != nil {
-				return err
+			if sid, err := s.adopted(ctx, b, d, &acks, &pubs, &touched, fenced, fence); err != nil {
+				if err := park(sid, err); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -740,9 +838,12 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			continue
 		}
 		if serr == nil {
-			sess, err = s.load(ctx, sid, d.horizon)
+			sess, err = s.load(ctx, b, sid, d.horizon)
 			if err != nil {
-				return err
+				if err := park(sid, err); err != nil {
+					return err
+				}
+				continue
 			}
 			if seq <= sess.seq {
 				// Applied before (a restart, a catch-up): never twice. The
@@ -757,34 +858,53 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				// elsewhere; those after it follow below. A state just
 				// read always checks: the session may have been left
 				// by a fenced batch whose inputs wait for redelivery.
-				if err := s.catchUp(ctx, sess, seq-1, m, &pubs); errors.Is(err, errFenced) {
+				if err := s.catchUp(ctx, b, sess, seq-1, m, &pubs); errors.Is(err, errFenced) {
 					fence(sess.id, err)
 					continue
 				} else if err != nil {
-					return err
+					if err := park(sess.id, err); err != nil {
+						return err
+					}
+					continue
 				}
 				sess.fresh = false
 			}
 		}
 		outs, term, err := p.step(ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-			return s.spill(ctx, m, sess, req)
+			return s.spill(ctx, b, m, sess, req)
 		})
 		if errors.Is(err, errFenced) {
 			fence(sess.id, err)
 			continue
 		}
 		if err != nil {
-			if sess != nil {
-				delete(s.sessions, sess.id) // its ledger waits for a spill result
-			}
-			return err
-		}
-		for _, o := range outs {
-			pub, err := p.publish(ctx, o)
-			if err != nil {
+			if sess == nil {
 				return err
 			}
+			// Its ledger may wait for a spill result: it is read again.
+			if err := park(sess.id, err); err != nil {
+				return err
+			}
+			continue
+		}
+		sid = ""
+		if sess != nil {
+			sid = sess.id
+		}
+		published := true
+		for _, o := range outs {
+			pub, err := p.publish(ctx, b, o)
+			if err != nil {
+				if err := park(sid, err); err != nil {
+					return err
+				}
+				published = false
+				break
+			}
 			pubs = append(pubs, pub)
+		}
+		if !published {
+			continue
 		}
 		if sess != nil {
 			sess.seq = seq
@@ -793,11 +913,14 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				touched = append(touched, sess)
 			}
 			if d.horizon > sess.caughtUp {
-				if err := s.catchUp(ctx, sess, d.horizon, m, &pubs); errors.Is(err, errFenced) {
+				if err := s.catchUp(ctx, b, sess, d.horizon, m, &pubs); errors.Is(err, errFenced) {
 					fence(sess.id, err)
 					continue
 				} else if err != nil {
-					return err
+					if err := park(sess.id, err); err != nil {
+						return err
+					}
+					continue
 				}
 				sess.caughtUp = d.horizon
 			}
@@ -813,21 +936,24 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		acks = append(acks, a)
 	}
 	for _, pub := range pubs {
-		if err := p.confirm(ctx, pub); err != nil {
-			return err
+		if fenced[pub.out.Session] {
+			continue // left: what it published stands, its inputs wait
+		}
+		if err := p.confirm(ctx, b, pub); err != nil {
+			if err := park(pub.out.Session, err); err != nil {
+				return err
+			}
+			continue
 		}
 		p.observe(pub)
 	}
-	stores, err := s.sendStores(touched, fenced)
-	if err != nil {
-		return err
-	}
+	stores := s.sendStores(touched, fenced, park)
 	for _, st := range stores {
-		if s.stored(ctx, st) {
+		if fenced[st.sess.id] || s.stored(ctx, st) {
 			continue
 		}
 		sess := st.sess
-		err := s.store(ctx, sess)
+		err := s.store(ctx, b, sess)
 		if errors.Is(err, errFenced) {
 			// Another instance owns the session now (the partition moved):
 			// leave its inputs unacknowledged for the owner, which applies
@@ -839,15 +965,22 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			continue
 		}
 		if err != nil {
-			return err
+			if err := park(sess.id, err); err != nil {
+				return err
+			}
 		}
 	}
 	// A fenced session's inputs stay unfinished: no ack may cover them
 	// (see ackWindow) until the owner has them.
 	var wins []*ackWindow
+	unstuck := p.health.stuck.Load() > 0
 	for _, a := range acks {
 		if fenced[a.session] {
 			continue
+		}
+		if unstuck && a.session != "" && p.health.clear(stuckPrefix+a.session) {
+			p.obs.Stuck(a.session, false)
+			p.log.Info("session no longer stuck", "session", a.session, "stuck_sessions", p.health.stuck.Load())
 		}
 		if a.win == nil {
 			p.sendAck(ackAction{msg: a.msg, term: a.term})
@@ -870,21 +1003,21 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 // stream past the inputs it holds, which are then finished along with the
 // batch. A subject that names no valid session is left for its
 // redelivery.
-func (s *shard) adopted(ctx context.Context, d delivery, acks *[]ack, pubs *[]published, touched *[]*session, fenced map[string]bool, fence func(string, error)) error {
+func (s *shard) adopted(ctx context.Context, b *budget, d delivery, acks *[]ack, pubs *[]published, touched *[]*session, fenced map[string]bool, fence func(string, error)) (string, error) {
 	sid, err := s.p.subj.SessionOf(d.markSubject)
 	if err != nil || fenced[sid] {
-		return nil
+		return sid, nil
 	}
-	sess, err := s.load(ctx, sid, d.horizon)
+	sess, err := s.load(ctx, b, sid, d.horizon)
 	if err != nil {
-		return err
+		return sid, err
 	}
 	first, before := len(*pubs), sess.seq
-	if err := s.catchUp(ctx, sess, d.mark[len(d.mark)-1], nil, pubs); errors.Is(err, errFenced) {
+	if err := s.catchUp(ctx, b, sess, d.mark[len(d.mark)-1], nil, pubs); errors.Is(err, errFenced) {
 		fence(sid, err)
-		return nil
+		return sid, nil
 	} else if err != nil {
-		return err
+		return sid, err
 	}
 	for i := first; i < len(*pubs); i++ {
 		(*pubs)[i].received = d.at
@@ -898,7 +1031,7 @@ func (s *shard) adopted(ctx context.Context, d delivery, acks *[]ack, pubs *[]pu
 	for _, seq := range d.mark {
 		*acks = append(*acks, ack{win: d.win, seq: seq, session: sid})
 	}
-	return nil
+	return sid, nil
 }
 
 // sendAck acknowledges or terminates inputs whose effects are durable.
@@ -920,13 +1053,13 @@ func (p *Processor) sendAck(a ackAction) {
 // their redeliveries are skipped and acknowledged (a rejected one is then
 // acked rather than terminated). On an error the session leaves the cache,
 // so that its stored state is read again.
-func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
+func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
 	p := s.p
 	subject := p.subj.Stored(sess.id) // the subject the stream holds it under
 	for sess.seq < limit {
-		raw, err := p.nextMsg(ctx, sess.seq+1, subject)
+		raw, err := p.nextMsg(ctx, b, sess.seq+1, subject)
 		if err != nil {
-			delete(s.sessions, sess.id)
+			s.drop(sess.id)
 			return err
 		}
 		if raw == nil || raw.Sequence > limit {
@@ -935,14 +1068,14 @@ func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jets
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
 		p.caughtUp.Add(1)
 		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-			return s.spill(ctx, m, sess, req)
+			return s.spill(ctx, b, m, sess, req)
 		})
 		if err != nil {
-			delete(s.sessions, sess.id)
+			s.drop(sess.id)
 			return err
 		}
 		for _, o := range outs {
-			pub, err := p.publish(ctx, o)
+			pub, err := p.publish(ctx, b, o)
 			if err != nil {
 				return err
 			}
@@ -956,7 +1089,7 @@ func (s *shard) catchUp(ctx context.Context, sess *session, limit uint64, m jets
 // nextMsg reads the first message of the events stream at or after seq
 // whose subject matches subject (a filter), retrying failures until ctx
 // ends (then its error); nil when there is none.
-func (p *Processor) nextMsg(ctx context.Context, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
+func (p *Processor) nextMsg(ctx context.Context, b *budget, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
 		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		switch {
@@ -965,10 +1098,10 @@ func (p *Processor) nextMsg(ctx context.Context, seq uint64, subject string) (*j
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return nil, nil
 		}
-		p.log.Warn("reading the events stream failed; retrying", "subject", subject, "seq", seq, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return nil, fmt.Errorf("processor: reading %s at %d from the events stream: %w", subject, seq, rerr)
 		}
+		p.log.Warn("reading the events stream failed; retrying", "subject", subject, "seq", seq, "err", err)
 	}
 }
 
@@ -1051,7 +1184,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 // is the same), and only while the session's stored state is still the one
 // this instance read: otherwise the error is errFenced and nothing of the
 // failure is published.
-func (s *shard) spill(ctx context.Context, m jetstream.Msg, sess *session, req ledger.SpillRequest) (ledger.SpillResult, error) {
+func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *session, req ledger.SpillRequest) (ledger.SpillResult, error) {
 	p := s.p
 	stop := keepAlive(ctx, m, p.cfg.AckWait/3)
 	defer stop()
@@ -1068,20 +1201,20 @@ func (s *shard) spill(ctx context.Context, m jetstream.Msg, sess *session, req l
 			return ledger.SpillResult{}, ctx.Err()
 		}
 		if errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
-			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return ledger.SpillResult{}, err
+			if rerr := b.retry(ctx, attempt, err); rerr != nil {
+				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: %w", req.Name, rerr)
 			}
+			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 			continue
 		}
-		if failures++; failures < spillFailures && !errors.Is(err, spill.ErrIncomplete) {
+		if failures++; failures < spillFailures && !errors.Is(err, spill.ErrIncomplete) && !permanentFailure(err) {
 			p.log.Warn("spill failed; trying again", "session", req.Session, "seq", req.Cause.Meta.Seq, "attempt", failures, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err
 			}
 			continue
 		}
-		if ferr := s.owned(ctx, sess); ferr != nil {
+		if ferr := s.owned(ctx, b, sess); ferr != nil {
 			return ledger.SpillResult{}, ferr
 		}
 		p.log.Warn("spill failed; the session halts", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
@@ -1097,7 +1230,7 @@ const spillFailures = 4
 // owned checks that the session's stored state is still the one this
 // instance read (or stored): errFenced if another instance stored since, an
 // error if the bucket cannot tell now.
-func (s *shard) owned(ctx context.Context, sess *session) error {
+func (s *shard) owned(ctx context.Context, b *budget, sess *session) error {
 	for attempt := 0; ; attempt++ {
 		e, err := s.p.res.Sessions.Get(ctx, sess.id)
 		switch {
@@ -1108,11 +1241,8 @@ func (s *shard) owned(ctx context.Context, sess *session) error {
 		case err == nil || errors.Is(err, jetstream.ErrKeyNotFound):
 			return fmt.Errorf("%w: %s (revision %d) before its spill failure", errFenced, sess.id, sess.rev)
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return fmt.Errorf("processor: reading the state of session %s: %w", sess.id, rerr)
 		}
 	}
 }
@@ -1167,7 +1297,7 @@ type published struct {
 	received time.Time // when the message whose handling decided it was received
 }
 
-func (p *Processor) publish(ctx context.Context, o events.Output) (published, error) {
+func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (published, error) {
 	id, subject, body, err := p.enc.Encode(o)
 	if err != nil {
 		return published{}, fmt.Errorf("processor: encode %s: %w", o.Type, err)
@@ -1182,17 +1312,17 @@ func (p *Processor) publish(ctx context.Context, o events.Output) (published, er
 		if err == nil {
 			return pub, nil
 		}
-		p.log.Warn("publish failed; retrying", "subject", subject, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return pub, err
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return pub, fmt.Errorf("processor: publishing %s on %s: %w", o.Type, subject, rerr)
 		}
+		p.log.Warn("publish failed; retrying", "subject", subject, "err", err)
 	}
 }
 
 // confirm waits for a publish ack, republishing (same id, so at most once in
 // the stream) until the server confirms or ctx ends.
-func (p *Processor) confirm(ctx context.Context, pub published) error {
-	_, err := p.confirmAck(ctx, pub)
+func (p *Processor) confirm(ctx context.Context, b *budget, pub published) error {
+	_, err := p.confirmAck(ctx, b, pub)
 	return err
 }
 
@@ -1200,7 +1330,7 @@ func (p *Processor) confirm(ctx context.Context, pub published) error {
 const pubAckWait = 10 * time.Second
 
 // confirmAck is confirm, returning the server's ack.
-func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.PubAck, error) {
+func (p *Processor) confirmAck(ctx context.Context, b *budget, pub published) (*jetstream.PubAck, error) {
 	for attempt := 0; ; attempt++ {
 		var err error
 		// A publish ack lost with a connection or a server restart never
@@ -1219,6 +1349,9 @@ func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.P
 			return nil, ctx.Err()
 		}
 		t.Stop()
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return nil, fmt.Errorf("processor: verdict %s not confirmed: %w", pub.id, rerr)
+		}
 		if attempt >= 2 {
 			// Not answered for a while: say where the stream stands, which
 			// tells a lost leader from a lost connection.
@@ -1226,16 +1359,13 @@ func (p *Processor) confirmAck(ctx context.Context, pub published) (*jetstream.P
 		} else {
 			p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
-		for {
+		for again := attempt; ; again++ {
 			pub.f, err = p.js.PublishMsgAsync(pub.msg, jetstream.WithMsgID(pub.id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
 			if err == nil {
 				break
 			}
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return nil, err
+			if rerr := b.retry(ctx, again, err); rerr != nil {
+				return nil, fmt.Errorf("processor: verdict %s not confirmed: %w", pub.id, rerr)
 			}
 		}
 	}
@@ -1266,7 +1396,7 @@ func (p *Processor) placement(ctx context.Context) string {
 // delivery another instance may have moved it on (its own writes are always
 // stored before its inputs are acked, so the cache never knows more than
 // the bucket).
-func (s *shard) load(ctx context.Context, id string, horizon uint64) (*session, error) {
+func (s *shard) load(ctx context.Context, b *budget, id string, horizon uint64) (*session, error) {
 	if sess := s.sessions[id]; sess != nil {
 		// A session changed in the batch at hand is newer than the bucket
 		// until the batch is stored; if another instance moved it on, the
@@ -1274,10 +1404,10 @@ func (s *shard) load(ctx context.Context, id string, horizon uint64) (*session, 
 		if sess.loaded >= horizon || sess.dirty {
 			return sess, nil
 		}
-		delete(s.sessions, id)
+		s.drop(id)
 		s.p.reloaded.Add(1)
 	}
-	sess, err := s.read(ctx, id)
+	sess, err := s.read(ctx, b, id)
 	if err == nil {
 		sess.loaded = horizon
 	}
@@ -1285,14 +1415,14 @@ func (s *shard) load(ctx context.Context, id string, horizon uint64) (*session, 
 }
 
 // read reads a session's stored state into the cache.
-func (s *shard) read(ctx context.Context, id string) (*session, error) {
+func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error) {
 	kv := s.p.res.Sessions
 	for attempt := 0; ; attempt++ {
 		e, err := kv.Get(ctx, id)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			sess := &session{id: id, fresh: true}
-			s.sessions[id] = sess
+			s.put(sess)
 			s.woken++
 			return sess, nil
 		case err == nil:
@@ -1300,17 +1430,17 @@ func (s *shard) read(ctx context.Context, id string) (*session, error) {
 			if err != nil {
 				// A corrupt state must not be silently replaced: stop and
 				// let an operator rebuild it from the events stream.
-				return nil, fmt.Errorf("processor: session %s: %w; run seamguard serve --rebuild", id, err)
+				return nil, fmt.Errorf("processor: session %s: %w: %w; run seamguard serve --rebuild", id, errPermanent, err)
 			}
 			sess := &session{id: id, l: &st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
-			s.sessions[id] = sess
+			s.put(sess)
 			s.woken++
 			return sess, nil
 		}
-		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return nil, fmt.Errorf("processor: reading the state of session %s: %w", id, rerr)
 		}
+		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
 	}
 }
 
@@ -1330,16 +1460,17 @@ type sentStore struct {
 // than one per session. stored then takes each ack; whatever did not plainly
 // succeed goes through store, which sorts out conflicts and lost replies.
 // Sessions fenced during the batch are not sent.
-func (s *shard) sendStores(touched []*session, fenced map[string]bool) ([]sentStore, error) {
+func (s *shard) sendStores(touched []*session, fenced map[string]bool, park func(string, error) error) []sentStore {
 	p := s.p
 	out := make([]sentStore, 0, len(touched))
 	for _, sess := range touched {
 		if fenced[sess.id] {
-			continue // another instance's now: nothing of it is stored
+			continue // another instance's now, or left: nothing of it is stored
 		}
 		val, err := sess.state()
 		if err != nil {
-			return nil, fmt.Errorf("processor: session %s: %w", sess.id, err)
+			_ = park(sess.id, fmt.Errorf("processor: session %s: %w: %w", sess.id, errPermanent, err))
+			continue
 		}
 		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
 		msg.Data = val
@@ -1349,7 +1480,7 @@ func (s *shard) sendStores(touched []*session, fenced map[string]bool) ([]sentSt
 		}
 		out = append(out, sentStore{sess: sess, f: f, sent: time.Now()})
 	}
-	return out, nil
+	return out
 }
 
 // stored waits for the ack of a state sendStores sent and reports whether
@@ -1365,7 +1496,7 @@ func (s *shard) stored(ctx context.Context, st sentStore) bool {
 		st.sess.rev, st.sess.dirty = ack.Sequence, false
 		s.p.obs.Stored(time.Since(st.sent))
 		if st.sess.closed() {
-			delete(s.sessions, st.sess.id) // closed: nothing more to cache
+			s.drop(st.sess.id) // closed: nothing more to cache
 		}
 		return true
 	case <-st.f.Err():
@@ -1376,7 +1507,7 @@ func (s *shard) stored(ctx context.Context, st sentStore) bool {
 }
 
 // store writes a session's state with compare-and-swap on its revision.
-func (s *shard) store(ctx context.Context, sess *session) error {
+func (s *shard) store(ctx context.Context, b *budget, sess *session) error {
 	p := s.p
 	val, err := sess.state()
 	if err != nil {
@@ -1395,7 +1526,7 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 			sess.rev, sess.dirty = rev, false
 			p.obs.Stored(time.Since(start))
 			if sess.closed() {
-				delete(s.sessions, sess.id) // closed: nothing more to cache
+				s.drop(sess.id) // closed: nothing more to cache
 			}
 			return nil
 		}
@@ -1409,15 +1540,15 @@ func (s *shard) store(ctx context.Context, sess *session) error {
 				p.obs.Stored(time.Since(start))
 				return nil
 			case gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound):
-				delete(s.sessions, sess.id)
+				s.drop(sess.id)
 				return fmt.Errorf("%w: %s (revision %d)", errFenced, sess.id, sess.rev)
 			}
 			err = gerr // cannot tell yet: try again
 		}
-		p.log.Warn("storing session state failed; retrying", "session", sess.id, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return fmt.Errorf("processor: storing the state of session %s (%d bytes): %w", sess.id, len(val), rerr)
 		}
+		p.log.Warn("storing session state failed; retrying", "session", sess.id, "err", err)
 	}
 }
 

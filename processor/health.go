@@ -1,0 +1,186 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// troubles are what keeps the processor from doing its work now: a session
+// whose effects cannot be made durable (stuck), the leases bucket not
+// answering, a consumer that cannot fetch. Ready reports unready while any
+// is set. Safe for concurrent use.
+type troubles struct {
+	mu    sync.Mutex
+	m     map[string]trouble
+	stuck atomic.Int64 // how many keys name a session
+}
+
+type trouble struct {
+	err   error
+	since time.Time
+}
+
+// stuckPrefix starts the key of a stuck session.
+const stuckPrefix = "session "
+
+func (t *troubles) set(key string, err error) (first bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]trouble{}
+	}
+	old, had := t.m[key]
+	since := time.Now()
+	if had {
+		since = old.since
+	} else if strings.HasPrefix(key, stuckPrefix) {
+		t.stuck.Add(1)
+	}
+	t.m[key] = trouble{err: err, since: since}
+	return !had
+}
+
+func (t *troubles) clear(key string) (was bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.m[key]; !ok {
+		return false
+	}
+	delete(t.m, key)
+	if strings.HasPrefix(key, stuckPrefix) {
+		t.stuck.Add(-1)
+	}
+	return true
+}
+
+// err describes every trouble, the oldest first, or returns nil.
+func (t *troubles) err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(t.m))
+	for k := range t.m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := t.m[a].since.Compare(t.m[b].since); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	const most = 8
+	var b strings.Builder
+	for i, k := range keys {
+		if i == most {
+			fmt.Fprintf(&b, "; and %d more", len(keys)-most)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %v (since %s)", k, t.m[k].err, t.m[k].since.UTC().Format(time.RFC3339))
+	}
+	return fmt.Errorf("%w: %s", ErrNotReady, b.String())
+}
+
+// ErrNotReady wraps what Ready reports while the processor consumes but
+// cannot do all of its work.
+var ErrNotReady = errors.New("processor: not ready")
+
+// StuckSessions returns how many sessions are stuck now: their inputs wait,
+// unacknowledged, because their effects could not be made durable. Safe for
+// concurrent use.
+func (p *Processor) StuckSessions() int { return int(p.health.stuck.Load()) }
+
+// budget bounds how long the transient failures of one batch are retried
+// in place. It starts at the batch's first failure and is shared by every
+// retry loop of the batch, so a server that stays away costs a batch
+// RetryFor once, not once per session. The zero value never gives up (a
+// Rebuild, which runs before consuming and fails as a whole).
+type budget struct {
+	limit time.Duration
+	first time.Time
+}
+
+// errGaveUp wraps a transient failure that outlasted the retry budget.
+var errGaveUp = errors.New("processor: retried too long")
+
+// errPermanent wraps a failure that retrying cannot fix.
+var errPermanent = errors.New("processor: failure retrying cannot fix")
+
+// retry decides about attempt n's failure err: a permanent failure (see
+// permanentFailure) or a spent budget is returned wrapped, so that the
+// caller gives up at once; otherwise it sleeps the backoff (never past the
+// budget) and returns nil, or ctx's error.
+func (b *budget) retry(ctx context.Context, n int, err error) error {
+	if permanentFailure(err) {
+		return fmt.Errorf("%w: %w", errPermanent, err)
+	}
+	d := backoff(n)
+	if b != nil && b.limit > 0 {
+		now := time.Now()
+		if b.first.IsZero() {
+			b.first = now
+		}
+		left := b.limit - now.Sub(b.first)
+		if left <= 0 {
+			return fmt.Errorf("%w (%s): %w", errGaveUp, b.limit, err)
+		}
+		d = min(d, left)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// permanentFailure reports whether err is one that retrying cannot fix: a
+// message over the server's max payload, a permission denied, storage or
+// a resource limit exhausted, a value over the bucket's or stream's limit.
+func permanentFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrPermissionViolation) ||
+		errors.Is(err, nats.ErrAuthorization) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+		return true
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case 10002, // resource limits exceeded for account
+			10023, // insufficient resources
+			10028, // insufficient memory resources
+			10047, // insufficient storage resources
+			10054, // message size exceeds maximum allowed
+			10097: // header size exceeds maximum allowed
+			return true
+		}
+		if api.Code == 403 {
+			return true
+		}
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"maximum payload", "permissions violation", "insufficient resources", "insufficient storage",
+		"maximum bytes exceeded", "maximum messages exceeded", "exceeds maximum allowed", "resource limits exceeded"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
