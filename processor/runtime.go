@@ -404,9 +404,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		// A fetch that filled its count with bytes to spare, or its bytes,
 		// may end with the server saying so: that is no failure.
 		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrBatchCompleted) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
-			if attempt > 0 {
-				p.health.clear("consumer " + name)
-			}
+			p.health.clear("consumer " + name)
 			attempt = 0
 			continue
 		}
@@ -500,6 +498,7 @@ func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (ho
 			return 0, 0, 0, err
 		}
 		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		p.consumerTrouble(cons, attempt, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return 0, 0, 0, err
 		}
@@ -516,9 +515,18 @@ func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) (del
 			return info.Delivered.Stream, info.AckFloor.Stream
 		}
 		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		p.consumerTrouble(cons, attempt, err)
 		if sleep(ctx, backoff(attempt)) != nil {
 			return 0, 0
 		}
+	}
+}
+
+// consumerTrouble reports a consumer whose state cannot be read, from the
+// third failure in a row on, until a fetch succeeds.
+func (p *Processor) consumerTrouble(cons jetstream.Consumer, attempt int, err error) {
+	if attempt >= 2 {
+		p.health.set("consumer "+cons.CachedInfo().Name, fmt.Errorf("reading its state fails: %w", err))
 	}
 }
 
@@ -544,6 +552,11 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 	for seq := floor + 1; seq <= upto; {
 		raw, err := p.nextMsg(ctx, nil, seq, filter)
 		if err != nil {
+			if ctx.Err() == nil {
+				// The window holds what was listed so far: its acks wait
+				// until those are pruned (acknowledged elsewhere).
+				p.health.set("consumer "+cons.CachedInfo().Name, fmt.Errorf("listing its pending inputs: %w", err))
+			}
 			return nil // stopping: nothing more is acknowledged
 		}
 		if raw == nil || raw.Sequence > upto {
