@@ -42,6 +42,9 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
 	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
+	fs.DurationVar(&p.cfg.RetryFor, "retry-for", processor.DefaultRetryFor, "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
+	fs.DurationVar(&p.cfg.DrainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
+	fs.IntVar(&p.cfg.MaxSessions, "max-sessions", processor.DefaultMaxSessions, "sessions kept in memory; past it the least used leave memory and are read from the bucket when next used")
 }
 
 func (p *procFlags) config() (processor.Config, error) {
