@@ -46,9 +46,61 @@
 // the highest sequence that may be affected, each session first reads its
 // messages from the stream and applies them in order; their late
 // redeliveries are then skipped.
-// Transient failures (publish, bucket, a lost connection) are retried in place
-// with backoff, so the session's order never changes; the ack deadline is
-// extended while a spill runs.
+// The ack deadline is extended while a spill runs.
+//
+// # Failures and retries
+//
+// Every loop that retries ends. A failure is either transient (NATS or
+// JetStream did not answer: a timeout, no responders, a connection being
+// re-established, a leader moving) or permanent (retrying cannot fix it: a
+// message over the server's max payload, a permission denied, storage or an
+// account's resources exhausted, a value over the bucket's or stream's
+// limit; see permanentFailure). The loops, and what ends each:
+//
+//   - a shard's effects: reading a session's state, reading its messages for
+//     a catch-up, publishing a verdict and waiting for its ack, storing the
+//     state, checking the state before a spill's failure is believed. A
+//     permanent failure is not retried. A transient one is retried with
+//     backoff (50ms doubling to 2s) within the batch's budget, RetryFor
+//     (30s by default) from the batch's first failure, shared by all its
+//     loops. Either way the session is then left stuck: nothing more of it
+//     is published or stored in that batch, its inputs stay unacknowledged
+//     and are redelivered after the ack deadline, when it is tried again
+//     from its stored state (what it published stands; the same inputs
+//     publish the same verdicts under the same ids). The other sessions of
+//     the batch, the shard, and the partition go on. While any session is
+//     stuck, Ready reports it (ErrNotReady, naming the session and the
+//     error), the Observer is told (a gauge in package metrics), and an
+//     error is logged; the first input of the session finished later
+//     clears it. A stuck session's unacknowledged inputs hold back the
+//     acknowledgements of its partition (not its decisions): the inputs
+//     after them are redelivered at their deadline and skipped, and past
+//     MaxAckPending the partition waits for them.
+//   - a spill: the object store's own retries (package spill, bounded in
+//     count); NATS not answering, within the batch's budget as above; other
+//     failures up to 4 attempts, then the session halts (rule 5). A spill
+//     that runs out of storage, the bucket's size or the session's quota
+//     halts the session at once.
+//   - a partition's fetches, and reading its consumer's state on a takeover
+//     or a break in delivery: retried with backoff until Run ends; from the
+//     third failure in a row the consumer is reported by Ready until a fetch
+//     succeeds.
+//   - the leases: one attempt of each write a round (every LeaseTTL/4); a
+//     round that cannot reach the bucket makes Ready report it until one
+//     can.
+//   - a drain: at most DrainTimeout (25s by default) from the cancellation,
+//     then Run stops as Abort does (what it had not finished is
+//     redelivered to the next owner) and still hands its partitions over.
+//   - Rebuild: the same classification with the RetryFor budget, then it
+//     fails as a whole.
+//
+// # Memory
+//
+// A shard keeps the ledgers of the sessions it stepped lately in memory,
+// idles the others into their snapshots, and past its share of MaxSessions
+// drops idle sessions from memory altogether (their state is in the bucket,
+// and they are read again, and caught up from the stream, when next used).
+// Memory is bounded by MaxSessions, not by the sessions ever opened.
 //
 // Where several instances run, each consumes only the partitions whose
 // lease it holds (lease.go): a key per partition in the leases bucket,
