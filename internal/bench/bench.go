@@ -245,7 +245,7 @@ func (r *Report) rows() {
 			Seamguard: dur(l.Seamguard.P99), Raw: dur(l.Raw.P99), Ratio: ratio(l.Seamguard.P99, l.Raw.P99), Target: "<= 3", Met: met(ratio(l.Seamguard.P99, l.Raw.P99) <= 3)})
 	}
 	if s := r.Sessions; s != nil {
-		add("session_rss", Row{Item: "3 sessions", Metric: fmt.Sprintf("RSS per live session, %d sessions (heap: %.0f B)", s.Sessions, s.HeapPerSession),
+		add("session_rss", Row{Item: "3 sessions", Metric: fmt.Sprintf("RSS per session opened, %d sessions, %d held in memory (cap %d; heap: %.0f B)", s.Sessions, s.Held, s.MaxSessions, s.HeapPerSession),
 			Seamguard: fmt.Sprintf("%.0f B", s.RSSPerSession), Raw: "-", Target: "<= 1024 B", Met: met(s.RSSPerSession <= 1024)})
 		if n := len(s.Stages); n > 1 {
 			first, last := s.Stages[0], s.Stages[n-1]

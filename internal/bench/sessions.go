@@ -33,6 +33,11 @@ type SessionsResult struct {
 	HeapPerSession float64 `json:"heap_per_session_bytes"` // Go heap in use, after a GC
 	// Snapshot bytes in the session bucket per session.
 	SnapshotBytes float64 `json:"snapshot_bytes_per_session"`
+	// MaxSessions is the processor's cap on sessions in memory; Held is how
+	// many it held at the end, Dropped how many left memory past the cap.
+	MaxSessions int    `json:"max_sessions"`
+	Held        int    `json:"held_sessions"`
+	Dropped     uint64 `json:"dropped_sessions"`
 	Stages        []Stage `json:"stages"`
 }
 
@@ -140,6 +145,8 @@ func runSessions(ctx context.Context, s *server, n, turns int, heapProfile strin
 	res.RSSAfter, res.RSSPeak = settledMemory()
 	res.HeapPerSession = (float64(heapwatch.InUse()) - float64(heapBase)) / float64(n)
 	res.RSSPerSession = (float64(res.RSSAfter) - float64(res.RSSBase)) / float64(n)
+	st := p.Stats()
+	res.MaxSessions, res.Held, res.Dropped = p.Config().MaxSessions, st.Sessions, st.Dropped
 	if heapProfile != "" {
 		if err := writeHeapProfile(heapProfile); err != nil {
 			return nil, err
