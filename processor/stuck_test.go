@@ -202,3 +202,19 @@ func TestDrainEndsWhileASessionIsStuck(t *testing.T) {
 	}
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
 }
+
+// TestReadyReportsALostLeasesBucket deletes the leases bucket under a
+// running processor: it can no longer hold its partitions, and Ready must
+// say so rather than report a processor that consumes nothing as ready.
+func TestReadyReportsALostLeasesBucket(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	r := e.start(t, cfg)
+	waitFor(t, 10*time.Second, "the processor ready", func() bool { return r.p.Ready() == nil })
+	require.NoError(t, e.JS.DeleteKeyValue(e.ctx, cfg.Names().Leases))
+	waitFor(t, 10*time.Second, "the processor unready", func() bool { return r.p.Ready() != nil })
+	err := r.p.Ready()
+	require.ErrorIs(t, err, processor.ErrNotReady)
+	require.ErrorContains(t, err, "leases")
+	require.NoError(t, r.stop(t))
+}
