@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/inspect"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
@@ -77,4 +78,48 @@ func TestSpillGetChain(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "whole chain is read, oldest spill first")
 	assert.Contains(t, stderr, "-only")
+}
+
+// TestVerifySpillChain: inspect reads a spill's whole chain and checks it
+// against the session's accepted events, derived again from the stream.
+func TestVerifySpillChain(t *testing.T) {
+	srv := embedded.StartTest(t)
+	url := srv.Server.ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := processor.Config{}
+	_, err := processor.Provision(ctx, srv.JS, cfg)
+	require.NoError(t, err)
+	publishLines(t, srv.JS, chainStory())
+	store := &spill.Store{JS: srv.JS, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
+	for _, req := range []ledger.SpillRequest{
+		{Session: "s", Name: "s/1.jsonl", FirstSeq: 1, LastSeq: 5, Events: 5, Range: events.Range{End: 3}},
+		{Session: "s", Name: "s/2.jsonl", Previous: "s/1.jsonl", FirstSeq: 6, LastSeq: 8, Events: 3, Range: events.Range{End: 5}},
+	} {
+		_, err := store.Write(ctx, req)
+		require.NoError(t, err)
+	}
+	src := inspect.Source{JS: srv.JS, Config: cfg}
+	chk, err := src.VerifySpill(ctx, "s/2.jsonl", ledger.Config{})
+	require.NoError(t, err)
+	assert.Empty(t, chk.Problems)
+	assert.Len(t, chk.Chain, 2)
+	assert.Equal(t, uint64(8), chk.Lines)
+	assert.Equal(t, uint64(8), chk.Accepted)
+
+	code, _, stderr := runCLI(t, "", "inspect", "s", "--rebuild", "--verify-spills", "--nats-url", url)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "the chain holds exactly the session's accepted events")
+
+	// A turn of the first stretch deleted from the stream: the chain holds
+	// an event the session no longer shows.
+	str, err := srv.JS.Stream(ctx, cfg.Names().Events)
+	require.NoError(t, err)
+	require.NoError(t, str.DeleteMsg(ctx, 3))
+	chk, err = src.VerifySpill(ctx, "s/2.jsonl", ledger.Config{})
+	require.NoError(t, err)
+	t.Log(strings.Join(chk.Problems, "\n"))
+	require.NotEmpty(t, chk.Problems)
+	assert.Contains(t, chk.Problems[0], "the chain holds 8 events, but session s accepted 7")
+	assert.Contains(t, strings.Join(chk.Problems, "\n"), "s/1.jsonl holds 5 events")
 }
