@@ -36,7 +36,11 @@ type Deriver struct {
 type Applied struct {
 	Session string          // "" when the subject names no session
 	EventID string          // the input's CloudEvents id, "" when it did not decode
+	Source  string          // the input's CloudEvents source, "" when it did not decode
 	Outputs []events.Output // in the order the processor publishes them
+	// Accepted is true when the event is part of the session's transcript
+	// (what a spill holds): neither rejected nor a duplicate.
+	Accepted bool
 }
 
 // Apply steps one message of the events stream (its stored subject, headers,
@@ -71,13 +75,13 @@ func (d *Deriver) Apply(ctx context.Context, subject string, hdr map[string][]st
 	if l == nil {
 		return a, fmt.Errorf("inspect: seq %d: subject %q names no session but its event decoded", seq, subject)
 	}
-	a.EventID = ev.ID
+	a.EventID, a.Source = ev.ID, ev.Source
 	ev.Meta.Seq = seq
 	res, err := ledger.Step(l, ledger.Input{Event: ev}, d.Config)
 	if err != nil {
 		return a, fmt.Errorf("inspect: session %s seq %d: %w", a.Session, seq, err)
 	}
-	a.Outputs = res.Outputs
+	a.Outputs, a.Accepted = res.Outputs, res.Accepted
 	if res.Spill != nil {
 		if d.Spill == nil {
 			return a, fmt.Errorf("inspect: session %s seq %d asks for a spill and nothing can answer it", a.Session, seq)

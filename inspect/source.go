@@ -214,8 +214,14 @@ func (s Source) SpillAnswers(o *Outcomes, notes func(string)) SpillFunc {
 		info, err := store.Info(ctx, req.Name)
 		switch {
 		case err == nil:
+			// The object answers the request if it is the spill the
+			// request asks for: the same stretch of the same chain.
 			h, herr := spill.HandleOf(info)
-			if herr == nil && h.FirstSeq == req.FirstSeq && h.LastSeq == req.LastSeq {
+			prev := ""
+			if herr == nil && h.Previous != nil {
+				prev = *h.Previous
+			}
+			if herr == nil && h.FirstSeq == req.FirstSeq && h.LastSeq == req.LastSeq && h.Events == req.Events && prev == req.Previous {
 				note("no verdict records the outcome of spill %s (for event %s); its handle was read from bucket %s", req.Name, req.Cause.ID, names.Spills)
 				return ledger.SpillResult{Handle: h}, nil
 			}

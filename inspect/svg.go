@@ -354,7 +354,7 @@ func entryLine(e Entry) string {
 		}
 		return s
 	case *events.SpillHandle:
-		return fmt.Sprintf("%s: %s, %d events (seq %d to %d), %d bytes, %s", d.Name, fmtRange(d.Range), d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest)
+		return fmt.Sprintf("%s: %s, %d events (seq %d to %d), %d bytes, %s%s", d.Name, fmtRange(d.Range), d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest, afterSpill(d))
 	case *events.SessionHalted:
 		return fmt.Sprintf("%s: unrecoverable %s", d.RequestID, ledger.FormatRanges(d.Unrecoverable))
 	case *events.EventRejected:

@@ -81,6 +81,9 @@ func (t *textWriter) header(m *Model) {
 	}
 	if m.LastSpill != nil {
 		t.line("  spills: %d, newest %s (%s)", m.Spills, m.LastSpill.Name, m.LastSpill.Digest)
+		if m.LastSpill.Previous != nil {
+			t.line("  it holds the events after %s: `seamguard spill get %s` reads the whole chain", *m.LastSpill.Previous, m.LastSpill.Name)
+		}
 	} else {
 		t.line("  spills: none")
 	}
@@ -330,7 +333,7 @@ func (t *textWriter) history(m *Model) {
 				t.line("          %-20s at risk %s", r.Code, ledger.FormatRanges(r.AtRisk))
 			}
 		case *events.SpillHandle:
-			t.line("%s %s%s: %s in bucket %s, %d events (seq %d to %d), %d bytes, %s", head, d.Name, cause, fmtRange(d.Range), d.Bucket, d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest)
+			t.line("%s %s%s: %s in bucket %s, %d events (seq %d to %d), %d bytes, %s%s", head, d.Name, cause, fmtRange(d.Range), d.Bucket, d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest, afterSpill(d))
 		case *events.SessionHalted:
 			t.line("%s %s%s: unrecoverable %s", head, d.RequestID, cause, ledger.FormatRanges(d.Unrecoverable))
 		case *events.EventRejected:
@@ -341,4 +344,12 @@ func (t *textWriter) history(m *Model) {
 			t.line("%s %s%s", head, e.Type, cause)
 		}
 	}
+}
+
+// afterSpill names the spill before h in its chain, if any.
+func afterSpill(h *events.SpillHandle) string {
+	if h.Previous == nil {
+		return ""
+	}
+	return ", after " + *h.Previous
 }

@@ -126,7 +126,17 @@ type Config struct {
 	// lately are dropped from memory (their state is in the bucket) and
 	// read again when they are next used.
 	MaxSessions int
+	// SpillBucketMaxBytes is the most bytes the spill object store may
+	// hold (its stream's MaxBytes); 0 means no limit beyond the server's
+	// store. The bucket discards new data: once full it refuses the next
+	// spill, whose session halts (the spill fails with spill.ErrStorageFull),
+	// and never deletes a spill it holds. Provision sets it on a new bucket
+	// and updates an existing one in place. At least 1 MiB when set.
+	SpillBucketMaxBytes int64
 }
+
+// MinSpillBucketMaxBytes is the smallest SpillBucketMaxBytes other than 0.
+const MinSpillBucketMaxBytes = 1 << 20
 
 // WithDefaults returns c with every zero field set to its default, as a
 // Processor runs it.
@@ -189,6 +199,9 @@ func (c Config) Validate() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %d; it must be 0 (the default) or more", f.name, f.v))
 		}
+	}
+	if c.SpillBucketMaxBytes < 0 || c.SpillBucketMaxBytes > 0 && c.SpillBucketMaxBytes < MinSpillBucketMaxBytes {
+		errs = append(errs, fmt.Errorf("processor: SpillBucketMaxBytes is %d; use 0 for no limit, or at least %d (1 MiB)", c.SpillBucketMaxBytes, MinSpillBucketMaxBytes))
 	}
 	if c.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("processor: Partitions is %d; use at most 1024 (each is a consumer)", c.Partitions))

@@ -32,11 +32,11 @@ type Resources struct {
 
 // Provision creates the streams, the session and lease buckets and the
 // spill object store of c, or checks and updates existing ones. It is idempotent. Settings
-// that JetStream can change in place (retention age, dedupe window, replicas)
-// are updated to c; a difference that cannot be changed in place, or that
-// would change what the resource holds (subjects, storage type, retention
-// policy, discard policy), is an error wrapping ErrIncompatible that names the
-// field and both values.
+// that JetStream can change in place (retention age, dedupe window, replicas,
+// the spill bucket's size limit) are updated to c; a difference that cannot be
+// changed in place, or that would change what the resource holds (subjects,
+// storage type, retention policy, discard policy), is an error wrapping
+// ErrIncompatible that names the field and both values.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resources, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -113,18 +113,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 			return nil, fmt.Errorf("%w: bucket %s has %s storage, the configuration asks for %s", ErrIncompatible, n.Sessions, info.StreamInfo().Config.Storage, storage)
 		}
 	}
-	res.Spills, err = js.ObjectStore(ctx, n.Spills)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
-		res.Spills, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: n.Spills, Description: "seamguard: lossless session transcripts",
-			Storage: storage, Replicas: c.Replicas,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("processor: create object store %s: %w", n.Spills, err)
-		}
-	case err != nil:
-		return nil, fmt.Errorf("processor: object store %s: %w", n.Spills, err)
+	res.Spills, err = ensureSpills(ctx, js, n.Spills, storage, c)
+	if err != nil {
+		return nil, err
 	}
 	// The leases hold nothing that outlives LeaseTTL: the bucket's age
 	// limit is kept equal to it, created or updated in place.
@@ -136,6 +127,52 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		return nil, fmt.Errorf("processor: bucket %s: %w", n.Leases, err)
 	}
 	return &res, nil
+}
+
+// ensureSpills creates the spill object store, or checks an existing one:
+// its stream must discard new data when full (a full bucket refuses a
+// spill; it must never delete the spills it holds), and its size limit is
+// updated in place to c's.
+func ensureSpills(ctx context.Context, js jetstream.JetStream, bucket string, storage jetstream.StorageType, c Config) (jetstream.ObjectStore, error) {
+	maxBytes := c.SpillBucketMaxBytes
+	obs, err := js.ObjectStore(ctx, bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+		// nats.go creates object stores with DiscardNew.
+		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: bucket, Description: "seamguard: lossless session transcripts",
+			Storage: storage, Replicas: c.Replicas, MaxBytes: maxBytes,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("processor: create object store %s: %w", bucket, err)
+		}
+		return obs, nil
+	case err != nil:
+		return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
+	}
+	name := "OBJ_" + bucket
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
+	}
+	have := s.CachedInfo().Config
+	if have.Discard != jetstream.DiscardNew {
+		return nil, fmt.Errorf("%w: object store %s: discard policy is %s, seamguard needs %s (a full bucket must refuse a spill, never delete an old one); change the discard policy of stream %s by hand",
+			ErrIncompatible, bucket, have.Discard, jetstream.DiscardNew, name)
+	}
+	want := maxBytes
+	if want == 0 {
+		want = -1
+	}
+	if have.MaxBytes == want || have.MaxBytes <= 0 && want == -1 {
+		return obs, nil
+	}
+	upd := have
+	upd.MaxBytes = want
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return nil, fmt.Errorf("processor: update object store %s (max bytes %d): %w", bucket, want, err)
+	}
+	return obs, nil
 }
 
 // StreamPartitions returns the partition count of c's events stream, read

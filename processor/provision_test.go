@@ -170,3 +170,46 @@ func TestProvisionKeepsTheStreamsPartitions(t *testing.T) {
 	assert.Contains(t, err.Error(), "partition(8,1)")
 	assert.Contains(t, err.Error(), "partition(4,1)")
 }
+
+// TestProvisionSpillBucket: the spill object store discards new data when
+// full and takes SpillBucketMaxBytes as its size limit, set on creation and
+// updated in place; a bucket that would delete old spills is refused.
+func TestProvisionSpillBucket(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.SpillBucketMaxBytes = 2 << 20
+	name := "OBJ_" + cfg.Names().Spills
+	res, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	info := e.streamInfo(t, name)
+	assert.Equal(t, jetstream.DiscardNew, info.Config.Discard)
+	assert.Equal(t, int64(2<<20), info.Config.MaxBytes)
+	_, err = res.Spills.PutString(e.ctx, "kept", "a spill")
+	require.NoError(t, err)
+
+	cfg.SpillBucketMaxBytes = 4 << 20
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4<<20), e.streamInfo(t, name).Config.MaxBytes, "updated in place")
+	cfg.SpillBucketMaxBytes = 0
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, int64(-1), e.streamInfo(t, name).Config.MaxBytes, "no limit")
+	got, err := res.Spills.GetString(e.ctx, "kept")
+	require.NoError(t, err)
+	assert.Equal(t, "a spill", got, "the bucket kept its objects")
+
+	upd := e.streamInfo(t, name).Config
+	upd.Discard = jetstream.DiscardOld
+	_, err = e.JS.UpdateStream(e.ctx, upd)
+	require.NoError(t, err)
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.ErrorIs(t, err, processor.ErrIncompatible)
+	assert.ErrorContains(t, err, "discard policy is DiscardOld, seamguard needs DiscardNew")
+
+	for _, v := range []int64{-1, 1000} {
+		err := processor.Config{SpillBucketMaxBytes: v}.Validate()
+		assert.ErrorContains(t, err, "SpillBucketMaxBytes")
+	}
+	require.NoError(t, processor.Config{SpillBucketMaxBytes: processor.MinSpillBucketMaxBytes}.Validate())
+}

@@ -3,7 +3,6 @@ package spill
 import (
 	"bufio"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -11,16 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
-)
-
-// Errors of the spill package.
-var (
-	ErrDigestMismatch = errors.New("spill: digest mismatch")
-	ErrIncomplete     = errors.New("spill: transcript incomplete")
-	// ErrUnavailable means the transcript could not be read now although
-	// nothing shows it is gone (a lagging replica, a leader election): a
-	// caller should try again later rather than give the session up.
-	ErrUnavailable = errors.New("spill: transcript unavailable for now")
 )
 
 // Bucket is the object store bucket spills go to, before a prefix is applied.
@@ -34,6 +23,7 @@ type Writer struct {
 	h      hash.Hash // nil when the sink hashes (an object store put)
 	size   uint64
 	events uint64
+	max    uint64 // the most bytes it may hold (a session's quota); 0: no limit
 }
 
 // lineSink is where a Writer's bytes go: a buffer in front of a file, or
@@ -60,7 +50,13 @@ func (w *Writer) WriteEvent(ev *events.Event) error {
 }
 
 // WriteLine appends one already-encoded event line (without its newline).
+// A line that would take the spill past its byte limit is not written: the
+// error wraps ErrQuota.
 func (w *Writer) WriteLine(line []byte) error {
+	if w.max > 0 && w.size+uint64(len(line))+1 > w.max {
+		return permanent(fmt.Errorf("%w: the spill may hold at most %d bytes (what is left of the session's spill quota), and its transcript needs more: %d bytes in %d events, then an event of %d",
+			ErrQuota, w.max, w.size, w.events, len(line)+1))
+	}
 	if _, err := w.w.Write(line); err != nil {
 		return fmt.Errorf("spill: write: %w", err)
 	}

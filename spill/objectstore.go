@@ -18,9 +18,13 @@ import (
 
 // Defaults of Store.
 const (
-	DefaultRetries = 3
-	DefaultBackoff = 200 * time.Millisecond
+	DefaultRetries  = 3
+	DefaultBackoff  = 200 * time.Millisecond
+	DefaultMaxChain = 10_000
 )
+
+// maxBackoff caps the wait between two attempts of Write.
+const maxBackoff = 30 * time.Second
 
 // readIdle bounds how long Write waits for the next event of a transcript
 // (or Get for the next chunk) before it gives up; Write first asks the
@@ -28,7 +32,8 @@ const (
 const readIdle = 10 * time.Second
 
 // Object metadata keys Write sets, so that a handle can be rebuilt from the
-// object's info alone (see HandleOf).
+// object's info alone (see HandleOf), and the next spill of the chain can
+// restore the replay's state (see the package doc).
 const (
 	metaSession    = "seamguard-session"
 	metaRangeStart = "seamguard-range-start"
@@ -36,6 +41,15 @@ const (
 	metaEvents     = "seamguard-events"
 	metaFirstSeq   = "seamguard-first-seq"
 	metaLastSeq    = "seamguard-last-seq"
+	metaPrevious   = "seamguard-previous" // absent for a chain's first spill
+	// The shadow ledger's state after this spill: the chunks holding its
+	// snapshot, their count, size and digest, and the stream sequence the
+	// replay had reached (the object's last-seq).
+	metaStateNUID   = "seamguard-state-nuid"
+	metaStateChunks = "seamguard-state-chunks"
+	metaStateSize   = "seamguard-state-size"
+	metaStateDigest = "seamguard-state-digest"
+	metaStateSeq    = "seamguard-state-seq"
 )
 
 // Store writes spills into a JetStream object store, reading each transcript
@@ -49,12 +63,27 @@ type Store struct {
 	Subjects events.Subjects // prefix of the events subjects
 	Bucket   string          // object store bucket (must exist), e.g. "seamguard-spills"
 	Retries  int             // object store attempts; 0 means 3
-	Backoff  time.Duration   // first retry delay, doubled each time; 0 means 200ms
+	Backoff  time.Duration   // first retry delay, doubled each time up to 30s; 0 means 200ms
 	Verify   bool            // after the put, read the object back and check its digest
 	// ChunkSize is the size of the object's chunks; 0 means
 	// DefaultChunkSize, or half the server's largest message if that is
 	// less.
 	ChunkSize int
+	// Ledger is the processor's decision settings. The replay that decides
+	// which events the processor accepted steps with them: a ledger's
+	// limits decide acceptance.
+	Ledger ledger.Config
+	// MaxChain bounds how many spills a chain may have, for GetChain and
+	// for Write's walk back to a session's first spill; 0 means
+	// DefaultMaxChain.
+	MaxChain int
+
+	// Tests only: how often a write renews its registration and how long
+	// one lasts unrenewed (0: the defaults), and crash, which leaves a
+	// failed attempt's chunks and registration behind as a writer killed
+	// mid-spill would.
+	beat, markerTTL time.Duration
+	crash           bool
 }
 
 // Validate reports every problem with s at once.
@@ -85,6 +114,12 @@ func (s *Store) Validate() error {
 	if s.Backoff < 0 {
 		errs = append(errs, fmt.Errorf("spill: Store.Backoff is %s; use 0 for the default of %s, or a positive duration", s.Backoff, DefaultBackoff))
 	}
+	if s.MaxChain < 0 {
+		errs = append(errs, fmt.Errorf("spill: Store.MaxChain is %d; use 0 for the default of %d, or a positive number", s.MaxChain, DefaultMaxChain))
+	}
+	if err := s.Ledger.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("spill: Store.Ledger: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -106,6 +141,13 @@ func (s *Store) retries() int {
 	return s.Retries
 }
 
+func (s *Store) maxChain() int {
+	if s.MaxChain == 0 {
+		return DefaultMaxChain
+	}
+	return s.MaxChain
+}
+
 func (s *Store) chunkSize() int {
 	if s.ChunkSize > 0 {
 		return s.ChunkSize
@@ -124,20 +166,6 @@ func (s *Store) backoff() time.Duration {
 	return s.Backoff
 }
 
-// permanentError marks a failure that another attempt cannot cure.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-func permanent(err error) error { return permanentError{err} }
-
-func retryable(err error) bool {
-	var p permanentError
-	return !errors.Is(err, ErrIncomplete) && !errors.As(err, &p) &&
-		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
-
 func checkRequest(req ledger.SpillRequest) error {
 	var p []string
 	if req.Name == "" {
@@ -152,24 +180,39 @@ func checkRequest(req ledger.SpillRequest) error {
 	if req.Events == 0 {
 		p = append(p, "it holds no events")
 	}
+	if req.Events > req.LastSeq-req.FirstSeq+1 && req.LastSeq >= req.FirstSeq {
+		p = append(p, fmt.Sprintf("%d events cannot lie between stream sequences %d and %d", req.Events, req.FirstSeq, req.LastSeq))
+	}
+	if req.Range.Start > req.Range.End {
+		p = append(p, fmt.Sprintf("range [%d, %d) is not a range", req.Range.Start, req.Range.End))
+	}
+	if req.Previous != "" && req.Previous == req.Name {
+		p = append(p, "it names itself as its previous spill")
+	}
 	if len(p) == 0 {
 		return nil
 	}
 	return permanent(fmt.Errorf("spill: bad spill request %q: %v", req.Name, p))
 }
 
-// Write writes the transcript req asks for into the bucket and returns its
+// Write writes the spill req asks for into the bucket and returns its
 // handle once the object is stored and its digest checked.
 //
-// The transcript is read from the events stream, from req.FirstSeq to
-// req.LastSeq, and streamed into the object store: it is never held in
-// memory whole. Which events belong to it is decided by replaying them
-// through a shadow ledger, so the spill holds exactly the events the
-// processor accepted. If the stream can no longer yield the whole
-// transcript (events aged out, purged or deleted), Write returns an error
-// wrapping ErrIncomplete at once. Object store failures are retried up to
-// Retries times, Backoff apart (doubling); the last error is returned.
-// Cancelling ctx stops Write promptly; nothing it started keeps running.
+// The object holds the session's accepted events from req.FirstSeq to
+// req.LastSeq, read from the events stream and streamed into the object
+// store: it is never held in memory whole. Which events the processor
+// accepted is decided by replaying them through a shadow ledger (see the
+// package doc); for a spill with a previous one, the replay starts from the
+// state stored with that spill, or, when it cannot be read, from the
+// session's first event. If the stream can no longer yield the transcript
+// (events aged out, purged or deleted), Write returns an error wrapping
+// ErrIncomplete at once. A quota (req.MaxBytes) the transcript would
+// exceed gives ErrQuota, a bucket or server out of storage ErrStorageFull,
+// other failures no attempt can cure ErrPermanent, all at once. Other
+// object store failures are retried up to Retries times, Backoff apart
+// (doubling); the last error is returned. Cancelling ctx stops Write
+// promptly; nothing it started keeps running. A failed attempt leaves
+// nothing in the bucket.
 func (s *Store) Write(ctx context.Context, req ledger.SpillRequest) (events.SpillHandle, error) {
 	if err := s.Validate(); err != nil {
 		return events.SpillHandle{}, err
@@ -186,6 +229,7 @@ func (s *Store) Write(ctx context.Context, req ledger.SpillRequest) (events.Spil
 		if ctx.Err() != nil {
 			return events.SpillHandle{}, fmt.Errorf("spill: write %s: stopped after %d attempt(s): %w (last error: %w)", req.Name, attempt, ctx.Err(), err)
 		}
+		err = classify(err, s.JS.Conn(), s.Bucket)
 		if !retryable(err) {
 			return events.SpillHandle{}, err
 		}
@@ -199,7 +243,7 @@ func (s *Store) Write(ctx context.Context, req ledger.SpillRequest) (events.Spil
 			return events.SpillHandle{}, fmt.Errorf("spill: write %s: stopped after %d attempt(s): %w (last error: %w)", req.Name, attempt, ctx.Err(), err)
 		case <-t.C:
 		}
-		wait *= 2
+		wait = min(2*wait, maxBackoff)
 	}
 }
 
@@ -226,12 +270,15 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return events.SpillHandle{}, fmt.Errorf("spill: read the info of %s in bucket %s: %w", req.Name, s.Bucket, err)
 	}
+	rp := s.plan(ctx, obs, req)
 
 	// The transcript goes straight from the stream into chunks, each
-	// published as it fills with at most putWindow awaiting their acks; the
-	// info follows only once every chunk is stored. Whatever fails before
-	// that purges the chunks sent, so the bucket never holds an info that
-	// names missing chunks, nor chunks no info names.
+	// published as it fills with at most putWindow awaiting their acks;
+	// the replay's state follows in chunks of its own, and the info only
+	// once every chunk is stored. Whatever fails before that purges the
+	// chunks sent, so the bucket never holds an info that names missing
+	// chunks, nor chunks no info names. The write is registered meanwhile,
+	// so that SweepOrphans leaves its chunks alone.
 	size := s.chunkSize()
 	info := &jetstream.ObjectInfo{
 		ObjectMeta: jetstream.ObjectMeta{
@@ -250,32 +297,80 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 		Bucket: s.Bucket,
 		NUID:   nuid.Next(),
 	}
+	if req.Previous != "" {
+		info.Description += ", after " + req.Previous
+		info.Metadata[metaPrevious] = req.Previous
+	}
+	stateNUID := nuid.Next()
+	reg, err := s.register(ctx, req.Name, info.NUID, stateNUID)
+	if err != nil {
+		return events.SpillHandle{}, err
+	}
 	ow := newObjectWriter(ctx, s.JS, s.Bucket, info.NUID, size)
-	w := &Writer{w: ow}
-	err = s.produce(ctx, req, w)
+	var sw *objectWriter // the state's chunks
+	w := &Writer{w: ow, max: req.MaxBytes}
+	err = s.produce(ctx, req, rp, w)
 	if err == nil {
 		err = ow.close()
 	}
 	putErr := ow.err // the bucket's failure, which a write's error wraps
+	var h events.SpillHandle
 	if err == nil {
 		info.Size, info.Chunks, info.Digest = ow.total, ow.chunks, ow.digest()
+		h = events.SpillHandle{
+			Bucket: s.Bucket, Name: req.Name, Digest: info.Digest, Size: info.Size,
+			Range: req.Range, Events: w.Events(), FirstSeq: req.FirstSeq, LastSeq: req.LastSeq,
+		}
+		if req.Previous != "" {
+			prev := req.Previous
+			h.Previous = &prev
+		}
+		var state []byte
+		if state, err = rp.finish(h, s.Ledger); err == nil {
+			sw = newObjectWriter(ctx, s.JS, s.Bucket, stateNUID, size)
+			if _, err = sw.Write(state); err == nil {
+				err = sw.close()
+			}
+			putErr = sw.err
+		}
+	}
+	if err == nil {
+		info.Metadata[metaStateNUID] = stateNUID
+		info.Metadata[metaStateChunks] = strconv.FormatUint(uint64(sw.chunks), 10)
+		info.Metadata[metaStateSize] = strconv.FormatUint(sw.total, 10)
+		info.Metadata[metaStateDigest] = sw.digest()
+		info.Metadata[metaStateSeq] = strconv.FormatUint(req.LastSeq, 10)
+		err = reg.lapsed()
+	}
+	if err == nil {
 		putErr = s.putInfo(ctx, obs, info)
 		err = putErr
 	}
 	if err != nil {
-		ow.abandon()
-		s.purgeChunks(ctx, ow.subject)
+		for _, o := range []*objectWriter{ow, sw} {
+			if o != nil {
+				o.abandon()
+				if !s.crash {
+					s.purgeChunks(ctx, o.subject)
+				}
+			}
+		}
+		reg.end(ctx, !s.crash)
 		if putErr != nil && ctx.Err() == nil {
 			return events.SpillHandle{}, fmt.Errorf("spill: put %s into bucket %s: %w", req.Name, s.Bucket, putErr)
 		}
 		return events.SpillHandle{}, err
 	}
+	reg.end(ctx, true)
 	if info.Size != w.Size() {
 		return events.SpillHandle{}, fmt.Errorf("%w: put %s stored %d bytes, but %d bytes were written",
 			ErrDigestMismatch, req.Name, info.Size, w.Size())
 	}
 	if old != nil && !old.Deleted && old.NUID != info.NUID {
 		s.purgeChunks(ctx, "$O."+s.Bucket+".C."+old.NUID)
+		if st := old.Metadata[metaStateNUID]; st != "" && st != stateNUID {
+			s.purgeChunks(ctx, "$O."+s.Bucket+".C."+st)
+		}
 	}
 	stored, err := obs.GetInfo(ctx, req.Name)
 	if err != nil {
@@ -295,40 +390,43 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 			return events.SpillHandle{}, err
 		}
 	}
-	return events.SpillHandle{
-		Bucket:   s.Bucket,
-		Name:     req.Name,
-		Digest:   info.Digest,
-		Size:     info.Size,
-		Range:    req.Range,
-		Events:   w.Events(),
-		FirstSeq: req.FirstSeq,
-		LastSeq:  req.LastSeq,
-	}, nil
+	return h, nil
 }
 
-// checkEnds makes sure the transcript's first and last events are still in
-// the stream before anything is read.
+// checkEnds makes sure the transcript's last event, and for a chain's
+// first spill its first, are still in the stream before anything is read.
 func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.SpillRequest) error {
-	subject := s.Subjects.Stored(req.Session)
-	for _, end := range []struct {
+	type end struct {
 		seq  uint64
 		what string
-	}{{req.FirstSeq, "first event (its session.opened)"}, {req.LastSeq, "last event (the compaction request)"}} {
-		m, err := str.GetMsg(ctx, end.seq)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound) && s.behind(ctx, str, end.seq):
-			return fmt.Errorf("%w: stream %s answered that it holds no sequence %d yet (a new leader still applying what it was sent?); session %s's transcript cannot be read now",
-				ErrUnavailable, s.Stream, end.seq, req.Session)
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("%w: session %s's %s at stream sequence %d is no longer in stream %s (aged out, purged or deleted); the transcript cannot be spilled whole",
-				ErrIncomplete, req.Session, end.what, end.seq, s.Stream)
-		case err != nil:
-			return fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, end.seq, err)
-		case m.Subject != subject:
-			return fmt.Errorf("%w: stream %s holds %s at sequence %d, not session %s's %s",
-				ErrIncomplete, s.Stream, m.Subject, end.seq, req.Session, end.what)
+	}
+	ends := []end{{req.LastSeq, "last event (the compaction request)"}}
+	if req.Previous == "" {
+		ends = append([]end{{req.FirstSeq, "first event (its session.opened)"}}, ends...)
+	}
+	for _, e := range ends {
+		if err := s.checkSeq(ctx, str, req.Session, e.seq, e.what); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// checkSeq makes sure the stream holds session's event at seq.
+func (s *Store) checkSeq(ctx context.Context, str jetstream.Stream, session string, seq uint64, what string) error {
+	m, err := str.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound) && s.behind(ctx, str, seq):
+		return fmt.Errorf("%w: stream %s answered that it holds no sequence %d yet (a new leader still applying what it was sent?); session %s's transcript cannot be read now",
+			ErrUnavailable, s.Stream, seq, session)
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("%w: session %s's %s at stream sequence %d is no longer in stream %s (aged out, purged or deleted); the transcript cannot be spilled whole",
+			ErrIncomplete, session, what, seq, s.Stream)
+	case err != nil:
+		return fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
+	case m.Subject != s.Subjects.Stored(session):
+		return fmt.Errorf("%w: stream %s holds %s at sequence %d, not session %s's %s",
+			ErrIncomplete, s.Stream, m.Subject, seq, session, what)
 	}
 	return nil
 }
@@ -342,23 +440,28 @@ func (s *Store) behind(ctx context.Context, str jetstream.Stream, seq uint64) bo
 	return err != nil || info.State.LastSeq < seq
 }
 
-// produce reads the session's events from req.FirstSeq to req.LastSeq with
-// an ordered consumer and writes the accepted ones to w.
-func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer) error {
-	cons, err := s.JS.OrderedConsumer(ctx, s.Stream, jetstream.OrderedConsumerConfig{
+// produce reads the session's events with an ordered consumer, from where
+// rp starts the replay to req.LastSeq, replays each through rp's shadow
+// ledger and writes to w the accepted ones from req.FirstSeq on.
+func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay, w *Writer) error {
+	cc := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{s.Subjects.Stored(req.Session)},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       req.FirstSeq,
+		OptStartSeq:       rp.from,
 		InactiveThreshold: time.Minute,
 		MaxResetAttempts:  3,
-	})
+	}
+	if rp.from == 0 {
+		cc.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	cons, err := s.JS.OrderedConsumer(ctx, s.Stream, cc)
 	if err != nil {
 		return fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
 	}
 	defer s.dropConsumer(ctx, s.Stream, cons)
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
 		return fmt.Errorf("%w: stream %s holds no event of session %s from sequence %d on (aged out or purged)",
-			ErrIncomplete, s.Stream, req.Session, req.FirstSeq)
+			ErrIncomplete, s.Stream, req.Session, max(rp.from, 1))
 	}
 	// At most 256 events buffered, and each pull asks for at most 1 MiB (or
 	// the largest message, so that none stalls it), so a pull answers with a
@@ -372,11 +475,11 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 	defer it.Stop()
 
 	var (
-		shadow ledger.Ledger
-		cfg    ledger.Config // acceptance does not depend on the policy
-		last   uint64        // stream sequence of the last event read
-		line   []byte        // each event's encoding, in one reused buffer
+		last uint64 // stream sequence of the last event read
+		line []byte // each event's encoding, in one reused buffer
 	)
+	// Each pass reads one message at a higher sequence (an ordered
+	// consumer), or fails: the loop ends by req.LastSeq.
 	for last < req.LastSeq {
 		msg, err := s.next(ctx, it, req, last)
 		if err != nil {
@@ -388,15 +491,21 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 		}
 		seq := md.Sequence.Stream
 		switch {
-		case last == 0 && seq != req.FirstSeq:
-			return fmt.Errorf("%w: session %s's first event at stream sequence %d is no longer in stream %s; its oldest remaining event is at %d",
-				ErrIncomplete, req.Session, req.FirstSeq, s.Stream, seq)
+		case last == 0 && rp.first && seq != rp.from:
+			return fmt.Errorf("%w: session %s's first event at stream sequence %d is no longer in stream %s; its oldest remaining event is at %d%s",
+				ErrIncomplete, req.Session, rp.from, s.Stream, seq, rp.because())
 		case seq > req.LastSeq:
 			return fmt.Errorf("%w: session %s's compaction request at stream sequence %d is no longer in stream %s; the next event read is at %d",
 				ErrIncomplete, req.Session, req.LastSeq, s.Stream, seq)
+		case seq <= last:
+			return fmt.Errorf("spill: read stream %s: sequence %d after %d", s.Stream, seq, last)
 		}
 		last = seq
-		if err := s.apply(&shadow, cfg, msg, seq, w, &line); err != nil {
+		out := w
+		if seq < req.FirstSeq {
+			out = nil // replayed for the state it leaves, held by an earlier spill
+		}
+		if err := s.apply(rp, req, msg, seq, out, &line); err != nil {
 			return err
 		}
 		if seq < req.LastSeq && md.NumPending == 0 {
@@ -416,8 +525,8 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, w *Writer)
 	// Checked before the last chunk goes out, so that no info is ever
 	// written for a transcript with holes.
 	if w.Events() != req.Events {
-		return fmt.Errorf("%w: stream %s holds %d accepted events of session %s between sequences %d and %d, but the ledger counted %d: some were deleted",
-			ErrIncomplete, s.Stream, w.Events(), req.Session, req.FirstSeq, req.LastSeq, req.Events)
+		return fmt.Errorf("%w: stream %s holds %d accepted events of session %s between sequences %d and %d, but the ledger counted %d: some were deleted%s",
+			ErrIncomplete, s.Stream, w.Events(), req.Session, req.FirstSeq, req.LastSeq, req.Events, rp.because())
 	}
 	return nil
 }
@@ -450,9 +559,9 @@ func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, req ledg
 	return nil, fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
 }
 
-// apply replays one message through the shadow ledger and writes it if the
-// processor accepted it.
-func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Msg, seq uint64, w *Writer, buf *[]byte) error {
+// apply replays one message through the shadow ledger and, when w is not
+// nil, writes it if the processor accepted it.
+func (s *Store) apply(rp *replay, req ledger.SpillRequest, msg jetstream.Msg, seq uint64, w *Writer, buf *[]byte) error {
 	// The message is read for this replay alone: the event may keep its
 	// header and data.
 	ev, err := events.DecodeMsgOwned(msg.Subject(), msg.Headers(), msg.Data(), s.Subjects)
@@ -460,18 +569,24 @@ func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Ms
 		return nil // rejected by the processor too: not part of the transcript
 	}
 	ev.Meta.Seq = seq
-	res, err := ledger.Step(shadow, ledger.Input{Event: ev}, cfg)
+	res, err := ledger.Step(&rp.shadow, ledger.Input{Event: ev}, s.Ledger)
 	if err != nil {
 		return permanent(fmt.Errorf("spill: replay of stream sequence %d: %w", seq, err))
 	}
-	if res.Spill != nil {
-		// The shadow only decides acceptance, which never depends on how
-		// a spill went: answer every request it makes with a failure.
-		if _, err := ledger.Step(shadow, ledger.Input{Spill: &ledger.SpillResult{Failure: "shadow"}}, cfg); err != nil {
+	if res.Spill != nil && seq != req.LastSeq {
+		// An earlier spill: it succeeded if the chain holds it, and
+		// failed otherwise (the spill after it would name it as its
+		// previous). The request at LastSeq is this spill, answered
+		// once it is written (replay.finish).
+		answer := ledger.SpillResult{Failure: "not in the chain"}
+		if h, ok := rp.chain[seq]; ok {
+			answer = ledger.SpillResult{Handle: h}
+		}
+		if _, err := ledger.Step(&rp.shadow, ledger.Input{Spill: &answer}, s.Ledger); err != nil {
 			return permanent(fmt.Errorf("spill: replay of stream sequence %d: %w", seq, err))
 		}
 	}
-	if !res.Accepted {
+	if !res.Accepted || w == nil {
 		return nil
 	}
 	line, err := events.AppendStructured((*buf)[:0], ev)
@@ -479,7 +594,7 @@ func (s *Store) apply(shadow *ledger.Ledger, cfg ledger.Config, msg jetstream.Ms
 		return permanent(fmt.Errorf("spill: encode the event at stream sequence %d: %w", seq, err))
 	}
 	*buf = line
-	return w.WriteLine(line) // fails only when the bucket refused a chunk
+	return w.WriteLine(line) // fails when the quota is reached or the bucket refused a chunk
 }
 
 // FullReader fills every buffer it is given unless R ends: nats.go's
@@ -631,7 +746,7 @@ func HandleOf(info *jetstream.ObjectInfo) (events.SpillHandle, error) {
 		}
 		nums[i] = n
 	}
-	return events.SpillHandle{
+	h := events.SpillHandle{
 		Bucket:   info.Bucket,
 		Name:     info.Name,
 		Digest:   info.Digest,
@@ -640,5 +755,9 @@ func HandleOf(info *jetstream.ObjectInfo) (events.SpillHandle, error) {
 		Events:   nums[2],
 		FirstSeq: nums[3],
 		LastSeq:  nums[4],
-	}, nil
+	}
+	if p := info.Metadata[metaPrevious]; p != "" {
+		h.Previous = &p
+	}
+	return h, nil
 }

@@ -266,7 +266,7 @@ func TestProduceDetectsMissingEnd(t *testing.T) {
 		ctx := testCtx(t)
 		req, _ := smallSession(t, h, 6, "t")
 		require.NoError(t, h.stream.DeleteMsg(ctx, req.LastSeq))
-		err := h.store.produce(ctx, req, NewWriter(io.Discard))
+		err := h.store.produce(ctx, req, &replay{from: req.FirstSeq, first: true}, NewWriter(io.Discard))
 		require.ErrorIs(t, err, ErrIncomplete)
 		assert.Contains(t, err.Error(), "the compaction request) at stream sequence "+itoa(req.LastSeq)+" is no longer in stream")
 	})
@@ -276,7 +276,7 @@ func TestProduceDetectsMissingEnd(t *testing.T) {
 		req, _ := smallSession(t, h, 6, "t")
 		later, _ := h.publish(turn("alpha", 6, "later"))
 		require.NoError(t, h.stream.DeleteMsg(ctx, req.LastSeq))
-		err := h.store.produce(ctx, req, NewWriter(io.Discard))
+		err := h.store.produce(ctx, req, &replay{from: req.FirstSeq, first: true}, NewWriter(io.Discard))
 		require.ErrorIs(t, err, ErrIncomplete)
 		assert.Contains(t, err.Error(), "no longer in stream")
 		assert.Contains(t, err.Error(), "next event read is at "+itoa(later))
@@ -286,7 +286,7 @@ func TestProduceDetectsMissingEnd(t *testing.T) {
 		ctx := testCtx(t)
 		req, _ := smallSession(t, h, 6, "t")
 		require.NoError(t, h.stream.DeleteMsg(ctx, req.FirstSeq))
-		err := h.store.produce(ctx, req, NewWriter(io.Discard))
+		err := h.store.produce(ctx, req, &replay{from: req.FirstSeq, first: true}, NewWriter(io.Discard))
 		require.ErrorIs(t, err, ErrIncomplete)
 		assert.Contains(t, err.Error(), "oldest remaining event is at")
 	})
@@ -314,24 +314,34 @@ func TestWriteBucketDeleted(t *testing.T) {
 	settles(t, base)
 }
 
-// A bucket too small for the transcript: every put fails part way, and
-// Put's partial chunks are purged.
-func TestWritePutRejected(t *testing.T) {
+// A bucket too small for the transcript refuses a chunk part way: the
+// spill fails at once with ErrStorageFull, without another attempt, and
+// the chunks it had sent are purged.
+func TestWriteStorageFull(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := testCtx(t)
 	require.NoError(t, h.js.DeleteObjectStore(ctx, Bucket))
 	_, err := h.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: Bucket, MaxBytes: 256 << 10})
 	require.NoError(t, err)
 	req, _ := smallSession(t, h, 120, strings.Repeat("y", 8<<10)) // about 1 MB
-	h.store.Retries = 2
-	h.store.ChunkSize = 64 << 10 // the bucket refuses the fifth chunk, not the first
+	h.store.Retries = 3
+	h.store.Backoff = 5 * time.Second // a retry would show in the time taken
+	h.store.ChunkSize = 64 << 10      // the bucket refuses the fifth chunk, not the first
+	var n atomic.Int32
+	h.store.JS = flakyJS{h.js, &n, func(int32) error { return nil }}
 
 	base := goroutines()
+	start := time.Now()
 	_, err = h.store.Write(ctx, req)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "gave up after 2 attempts")
+	took := time.Since(start)
+	require.ErrorIs(t, err, ErrStorageFull)
+	assert.ErrorIs(t, err, ErrPermanent)
+	assert.NotErrorIs(t, err, ErrIncomplete)
 	assert.Contains(t, err.Error(), "maximum bytes")
-	t.Log(err)
+	assert.NotContains(t, err.Error(), "gave up")
+	assert.Less(t, took, 4*time.Second, "a full bucket is not retried")
+	assert.LessOrEqual(t, n.Load(), int32(16), "one attempt's chunks at most")
+	t.Logf("%s after %s, %d chunk publishes", err, took, n.Load())
 	settles(t, base)
 	_, err = h.store.Info(ctx, req.Name)
 	assert.ErrorIs(t, err, jetstream.ErrObjectNotFound)
@@ -368,15 +378,25 @@ func (f flakyJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jet
 }
 
 // requireOnly checks that the bucket holds the spill name and nothing else:
-// its info and exactly its chunks, none left over from failed attempts.
+// its info and exactly its chunks and its replay state's, none left over
+// from failed attempts, and no registration.
 func requireOnly(ctx context.Context, t *testing.T, h *harness, name string) {
 	t.Helper()
 	info, err := h.store.Info(ctx, name)
 	require.NoError(t, err)
+	want := uint64(info.Chunks) + stateChunks(t, info) + 1
 	eventually(t, 10*time.Second, "chunks of failed attempts were left in the bucket", func() bool {
 		si, err := objStream(ctx, h)
-		return err == nil && si.State.Msgs == uint64(info.Chunks)+1
+		return err == nil && si.State.Msgs == want
 	})
+}
+
+// stateChunks is the number of chunks of a spill's replay state.
+func stateChunks(t *testing.T, info *jetstream.ObjectInfo) uint64 {
+	t.Helper()
+	st, _, err := stateOf(info)
+	require.NoError(t, err)
+	return uint64(st.Chunks)
 }
 
 func TestWriteRetriesTransientFailures(t *testing.T) {
@@ -402,7 +422,7 @@ func TestWriteRetriesTransientFailures(t *testing.T) {
 	assert.Equal(t, size, hd.Size)
 	info, err := h.store.Info(ctx, req.Name)
 	require.NoError(t, err)
-	assert.Equal(t, int32(5)+int32(info.Chunks), n.Load(), "two failed attempts (3 and 2 chunk publishes), then the whole object")
+	assert.Equal(t, int32(5)+int32(info.Chunks)+int32(stateChunks(t, info)), n.Load(), "two failed attempts (3 and 2 chunk publishes), then the whole object and its state")
 	requireOnly(ctx, t, h, req.Name)
 	settles(t, base)
 }

@@ -209,6 +209,8 @@ func (o *objectWriter) settle() error {
 	select {
 	case <-c.f.Ok():
 	case err := <-c.f.Err():
+		// Answered: abandon must not wait for it again.
+		o.flight = append(o.flight[:0], o.flight[1:]...)
 		return fmt.Errorf("spill: store a chunk in %s: %w", o.stream, err)
 	case <-t.C:
 		return fmt.Errorf("spill: store a chunk in %s: no ack within %s: %w", o.stream, ackWait, nats.ErrTimeout)

@@ -94,6 +94,17 @@ func checkSpills(t *testing.T, story, dir, out string) {
 			want = append(want, input[n-1])
 		}
 		assert.Equal(t, canonical(t, want), canonical(t, lines), "spill %s holds the session's events %d..%d", h.Name, h.FirstSeq, h.LastSeq)
+		// Its chain holds every event up to last_seq, oldest first.
+		buf.Reset()
+		chain, err := spill.Dir{Path: dir}.GetChain(h.Name, &buf)
+		require.NoError(t, err)
+		require.Equal(t, *h, chain[len(chain)-1])
+		want = want[:0]
+		for n := chain[0].FirstSeq; n <= h.LastSeq; n++ {
+			want = append(want, input[n-1])
+		}
+		all := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+		assert.Equal(t, canonical(t, want), canonical(t, all), "the chain of %s holds the session's events %d..%d", h.Name, chain[0].FirstSeq, h.LastSeq)
 	}
 }
 

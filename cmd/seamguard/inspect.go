@@ -24,8 +24,9 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	policy := fs.String("policy", "spill", "with --rebuild: the processor's --policy, spill or halt")
 	color := fs.String("color", "auto", "colours: auto (when standard output is a terminal), always or never")
 	width := fs.Int("width", 0, "the most character cells the bar takes (default 64)")
+	verify := fs.Bool("verify-spills", false, "also read the newest spill's whole chain, verify every digest, and check that it holds exactly the session's accepted events, derived again from the events stream")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: seamguard inspect SESSION [--svg FILE] [--json] [--rebuild] [--color auto|always|never]")
+		fmt.Fprintln(stderr, "usage: seamguard inspect SESSION [--svg FILE] [--json] [--rebuild] [--verify-spills] [--color auto|always|never]")
 		fmt.Fprintln(stderr, "\nDraws a session's ledger over [0, head): what its context holds (summary, verbatim")
 		fmt.Fprintln(stderr, "tail, truncated offsets, gaps) and what else holds it (spills, waivers, or nothing:")
 		fmt.Fprintln(stderr, "holes), the recovery floor, and every verdict decided for it. It reads the session")
@@ -80,9 +81,31 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		return enc.Encode(m)
+		err = enc.Encode(m)
+	} else {
+		err = inspect.WriteText(stdout, m, inspect.TextOptions{Color: useColor, Width: *width})
 	}
-	return inspect.WriteText(stdout, m, inspect.TextOptions{Color: useColor, Width: *width})
+	if err != nil || !*verify {
+		return err
+	}
+	if m.LastSpill == nil {
+		fmt.Fprintf(stderr, "session %s has no spill to verify\n", session)
+		return nil
+	}
+	chk, err := src.VerifySpill(ctx, m.LastSpill.Name, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "read the chain of %s: %d spill(s) from %s, %d events, %d bytes, every digest verified; session %s accepted %d events up to stream sequence %d\n",
+		chk.Name, len(chk.Chain), chk.Chain[0].Name, chk.Lines, chk.Bytes, session, chk.Accepted, chk.Chain[len(chk.Chain)-1].LastSeq)
+	for _, p := range chk.Problems {
+		fmt.Fprintln(stderr, "problem:", p)
+	}
+	if len(chk.Problems) > 0 {
+		return fmt.Errorf("the chain of %s does not hold exactly the session's accepted events (%d problem(s) above)", chk.Name, len(chk.Problems))
+	}
+	fmt.Fprintln(stderr, "the chain holds exactly the session's accepted events, in order")
+	return nil
 }
 
 // policyConfig reads a --policy flag.

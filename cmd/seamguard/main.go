@@ -24,7 +24,7 @@ var commands = map[string]command{
 	"check":  {"decide a file of events offline, without a server", runCheck},
 	"demo":   {"play the seed story on an embedded server and show the verdicts", runDemo},
 	"serve":  {"run the processor (on an embedded NATS server unless --nats-url)", runServe},
-	"spill":  {"spill get NAME [-o FILE]: read a spill back and verify its digest", runSpill},
+	"spill":  {"spill get NAME [--only] [-o FILE]: read a spill and the chain before it back, verified", runSpill},
 	"watch":  {"follow verdicts as they are decided", runWatch},
 	"resume": {"lift a session's halt, accepting its lost offsets (--note required)", runResume},
 

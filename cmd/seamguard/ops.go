@@ -64,16 +64,21 @@ func (c *clientFlags) open(fs *flag.FlagSet, name string) (*nats.Conn, jetstream
 
 func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "get" {
-		return fmt.Errorf("%w: use: seamguard spill get NAME [-o FILE]", errUsage)
+		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE]", errUsage)
 	}
 	fs := flag.NewFlagSet("spill get", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
 	out := fs.String("o", "", "write the transcript to FILE (default: standard output)")
+	only := fs.Bool("only", false, "read the spill NAME alone: only the events after its previous spill")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: seamguard spill get NAME [-o FILE]")
-		fmt.Fprintln(stderr, "\nReads a spill (NAME as in its handle, e.g. my-session/1.jsonl) and verifies its digest.")
+		fmt.Fprintln(stderr, "usage: seamguard spill get NAME [--only] [-o FILE]")
+		fmt.Fprintln(stderr, "\nReads a spill (NAME as in its handle, e.g. my-session/3.jsonl) and verifies its digest.")
+		fmt.Fprintln(stderr, "A spill holds only the events after the session's previous spill, so by default the")
+		fmt.Fprintln(stderr, "whole chain is read, oldest spill first, each verified: the session's accepted events")
+		fmt.Fprintln(stderr, "from its first to NAME's last_seq, one JSON line each. --only reads NAME alone.")
+		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args[1:])
@@ -102,10 +107,29 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		defer tmp.Close()
 		w = tmp
 	}
-	info, err := store.Get(ctx, name, w)
+	var report string
+	if *only {
+		var info *jetstream.ObjectInfo
+		if info, err = store.Get(ctx, name, w); err == nil {
+			report = fmt.Sprintf("verified %s: %d bytes, digest %s", name, info.Size, info.Digest)
+		}
+	} else {
+		var chain []events.SpillHandle
+		if chain, err = store.GetChain(ctx, name, w); err == nil {
+			var size, n uint64
+			for _, h := range chain {
+				size += h.Size
+				n += h.Events
+			}
+			report = fmt.Sprintf("verified %s and its chain: %d spill(s), %d events, %d bytes, from %s", name, len(chain), n, size, chain[0].Name)
+		}
+	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if errors.Is(err, jetstream.ErrObjectNotFound) && !errors.Is(err, spill.ErrChain) {
 			return fmt.Errorf("no spill %q in bucket %s; names look like <session>/<n>.jsonl, as in the transcript.spilled verdict", name, cfg.Names().Spills)
+		}
+		if errors.Is(err, spill.ErrChain) {
+			return fmt.Errorf("%w; --only reads %s alone", err, name)
 		}
 		return err
 	}
@@ -117,7 +141,7 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return err
 		}
 	}
-	fmt.Fprintf(stderr, "verified %s: %d bytes, digest %s\n", name, info.Size, info.Digest)
+	fmt.Fprintln(stderr, report)
 	return nil
 }
 
@@ -232,6 +256,9 @@ func describeVerdict(v *events.Verdict) string {
 		fmt.Fprintf(&b, "; next %s", d.Next)
 	case *events.SpillHandle:
 		fmt.Fprintf(&b, " %s: %s, %d events, %d bytes, %s", d.Name, fmtRanges([]events.Range{d.Range}), d.Events, d.Size, d.Digest)
+		if d.Previous != nil {
+			fmt.Fprintf(&b, ", after %s", *d.Previous)
+		}
 	case *events.SessionHalted:
 		fmt.Fprintf(&b, " %s: unrecoverable %s", d.RequestID, fmtRanges(d.Unrecoverable))
 	case *events.EventRejected:

@@ -265,6 +265,12 @@ func (r *Report) rows() {
 			Seamguard: fmt.Sprintf("%.0f", s.SpillMBps), Raw: fmt.Sprintf("%.0f", s.PutMBps), Ratio: s.Ratio, Target: ">= 0.5", Met: met(s.Ratio >= 0.5)})
 		add("", Row{Item: "5 spill", Metric: fmt.Sprintf("  the same events read back and put with no processing (median of %d)", s.Rounds),
 			Seamguard: fmt.Sprintf("%.0f", s.PipeMBps), Raw: fmt.Sprintf("%.0f", s.PutMBps), Ratio: s.PipeRatio, Target: "(reference)"})
+		if a := s.Amplification; a != nil {
+			add("", Row{Item: "5 spill", Metric: fmt.Sprintf("bytes written by %d spills of one session, a %d KiB turn a round: incremental vs the whole transcript each time", a.Rounds+1, a.TurnBytes>>10),
+				Seamguard: fmt.Sprintf("%.1f MiB", mib(a.IncrementalBytes)), Raw: fmt.Sprintf("%.1f MiB", mib(a.FullBytes)), Ratio: a.Ratio, Target: "(report)"})
+			add("", Row{Item: "5 spill", Metric: fmt.Sprintf("  time of one incremental spill vs the whole %.1f MiB transcript once", mib(a.IncrementalBytes)),
+				Seamguard: dur(a.SpillSecs), Raw: dur(a.FullSecs), Ratio: ratio(a.FullSecs, a.SpillSecs), Target: "(report)"})
+		}
 		if len(s.Peaks) > 1 {
 			a, b := s.Peaks[0], s.Peaks[len(s.Peaks)-1]
 			add("spill_memory", Row{Item: "5 spill", Metric: fmt.Sprintf("peak heap growth, %d MiB vs %d MiB transcript", b.Bytes>>20, a.Bytes>>20),

@@ -48,6 +48,26 @@ type SpillResult struct {
 	Each        []SpillRound `json:"rounds_detail"`
 	SpillUsage  Usage        `json:"spill_usage"` // of the first round
 	PutUsage    Usage        `json:"put_usage"`   // of the first round
+	// Amplification compares what a long-lived session's spills write
+	// with incremental spills and with a whole transcript each time.
+	Amplification *Amplification `json:"amplification"`
+}
+
+// Amplification is a session spilled Rounds times: each round one turn of
+// about TurnBytes, its truncation and a compaction that puts it at risk,
+// so that each round asks for a spill. Incremental is what the spills
+// wrote (each the events after the previous spill); Full is what the same
+// rounds write when every spill holds the whole transcript [0, head) (the
+// size of the chain up to each round, summed: computed, not written).
+type Amplification struct {
+	Rounds           int     `json:"rounds"`
+	TurnBytes        int     `json:"turn_bytes"`
+	InitialBytes     uint64  `json:"initial_bytes"`     // the first spill: the session before the rounds
+	IncrementalBytes uint64  `json:"incremental_bytes"` // every spill's size, the first one's included
+	FullBytes        uint64  `json:"full_bytes"`
+	Ratio            float64 `json:"ratio"`         // FullBytes over IncrementalBytes
+	SpillSecs        float64 `json:"spill_seconds"` // mean Store.Write of one incremental spill
+	FullSecs         float64 `json:"full_seconds"`  // Store.Write of the whole transcript once, at the last round
 }
 
 // SpillRound is one spill, one raw put and one raw pipe of the biggest
@@ -145,6 +165,12 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 			out.Each = append(out.Each, round)
 		}
 	}
+	progress("spill: amplification, %d rounds of one turn each", 16*rounds)
+	amp, err := runAmplification(ctx, s.js, store, cfg.Subjects(), g, 16*rounds)
+	if err != nil {
+		return nil, err
+	}
+	out.Amplification = amp
 	spills, puts, pipes := make([]float64, len(out.Each)), make([]float64, len(out.Each)), make([]float64, len(out.Each))
 	for i, r := range out.Each {
 		spills[i], puts[i], pipes[i] = r.SpillSecs, r.PutSecs, r.PipeSecs
@@ -292,4 +318,104 @@ func publishTranscript(ctx context.Context, js jetstream.JetStream, g *gen, subj
 		return ledger.SpillRequest{}, fmt.Errorf("bench: the spill workload's compaction asked for no spill")
 	}
 	return *req, nil
+}
+
+// runAmplification opens a session with 64 turns of 8 KiB, spills it, then
+// spills it again after each of rounds rounds of one 8 KiB turn, its
+// truncation and a compaction that puts that turn at risk. A ledger is
+// stepped alongside, as the processor would, and each spill request it
+// makes is written (one that asks for the whole transcript is turned into
+// the stretch after the previous spill, as the incremental ledger asks).
+func runAmplification(ctx context.Context, js jetstream.JetStream, store *spill.Store, subj events.Subjects, g *gen, rounds int) (*Amplification, error) {
+	const session, turn, initial = "spill-amp", 8 << 10, 64
+	a := &Amplification{Rounds: rounds, TurnBytes: turn}
+	var (
+		l      ledger.Ledger
+		head   uint64
+		prev   *ledger.SpillRequest // the ledger's previous request, as it made it
+		chain  uint64               // the chain's bytes so far
+		writes time.Duration
+	)
+	send := func(msgs ...*nats.Msg) error {
+		seqs, err := publishAll(ctx, js, msgs, 1024)
+		if err != nil {
+			return err
+		}
+		for i, m := range msgs {
+			ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, subj)
+			if err != nil {
+				return err
+			}
+			ev.Meta.Seq = seqs[i]
+			r, err := ledger.Step(&l, ledger.Input{Event: ev}, ledger.Config{})
+			if err != nil {
+				return err
+			}
+			if r.Spill == nil {
+				continue
+			}
+			req := *r.Spill
+			if prev != nil && req.Previous == "" {
+				req.FirstSeq, req.Events, req.Previous = prev.LastSeq+1, r.Spill.Events-prev.Events, prev.Name
+			}
+			start := time.Now()
+			h, err := store.Write(ctx, req)
+			if err != nil {
+				return err
+			}
+			if prev == nil {
+				a.InitialBytes = h.Size
+			} else {
+				writes += time.Since(start)
+			}
+			chain += h.Size
+			a.IncrementalBytes += h.Size
+			a.FullBytes += chain
+			prev = r.Spill
+			if _, err := ledger.Step(&l, ledger.Input{Spill: &ledger.SpillResult{Handle: h}}, ledger.Config{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Everything before the tail is at risk: the summary covers nothing.
+	request := func(n int) *nats.Msg {
+		return g.msg(session, events.TypeCompactionRequested,
+			fmt.Appendf(nil, `{"request_id":"amp-%d","summarizer_input":{"start":0,"end":%d},"summary_range":{"start":0,"end":0},"tail_start":%d}`, n, head, head))
+	}
+	msgs := []*nats.Msg{g.open(session, 4)}
+	for ; head < initial; head++ {
+		msgs = append(msgs, g.turn(session, head, turn))
+	}
+	msgs = append(msgs, request(0))
+	if err := send(msgs...); err != nil {
+		return nil, err
+	}
+	for n := 1; n <= rounds; n++ {
+		t := g.turn(session, head, turn)
+		head++
+		if err := send(t, g.truncate(session, events.Range{Start: head - 1, End: head}), request(n)); err != nil {
+			return nil, err
+		}
+	}
+	if prev == nil || prev.N != uint32(rounds+1) {
+		return nil, fmt.Errorf("bench: the amplification workload asked for fewer spills than its %d rounds", rounds)
+	}
+	// The last round's transcript written whole once, for its time.
+	whole := *prev
+	whole.Name, whole.Previous, whole.MaxBytes = session+"/whole.jsonl", "", 0
+	if info, err := store.Info(ctx, session+"/1.jsonl"); err == nil {
+		if h, err := spill.HandleOf(info); err == nil {
+			whole.FirstSeq = h.FirstSeq
+		}
+	}
+	whole.Events = l.View().Accepted
+	start := time.Now()
+	if _, err := store.Write(ctx, whole); err != nil {
+		return nil, err
+	}
+	a.FullSecs = time.Since(start).Seconds()
+	a.SpillSecs = writes.Seconds() / float64(rounds)
+	a.Ratio = ratio(float64(a.FullBytes), float64(a.IncrementalBytes))
+	return a, nil
 }

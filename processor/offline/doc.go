@@ -6,11 +6,13 @@
 // Offline, the stream sequence of an event is its line number (blank lines
 // count but produce nothing), so spill handles name line numbers in
 // first_seq and last_seq. Accepted events are journaled to a temporary file,
-// one line each, and a spill copies the session's lines from it into
-// <SpillDir>/<session>/<n>.jsonl: the object name, format and digest the
-// object store would have. Handles name the bucket seamguard-spills unless
-// Runner.Bucket says otherwise. Memory holds the ledgers and 16 bytes per
-// accepted event, never the transcripts.
+// one line each, and a spill copies the session's lines from first_seq to
+// last_seq from it into <SpillDir>/<session>/<n>.jsonl, with its handle
+// beside it in <n>.jsonl.handle.json (spill.Dir): the object name, format
+// and digest the object store would have, and the chain a later spill
+// continues. Handles name the bucket seamguard-spills unless Runner.Bucket
+// says otherwise. Memory holds the ledgers and 24 bytes per accepted event,
+// never the transcripts.
 //
 // A Runner is used by one goroutine.
 package offline

@@ -3,12 +3,14 @@ package offline
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/seamguard/seamguard/events"
@@ -74,7 +76,12 @@ type session struct {
 	sum   SessionSummary
 }
 
-type span struct{ off, n int64 }
+// span is where an accepted event's line is in the journal, and its line
+// number (its sequence).
+type span struct {
+	off, n int64
+	seq    uint64
+}
 
 // Run reads structured CloudEvents, one per line, decides them and writes the
 // outputs. It returns an error only for I/O failures or a cancelled context;
@@ -183,7 +190,7 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 				if _, err := journal.Write(enc); err != nil {
 					return sum, fmt.Errorf("offline: journal: %w", err)
 				}
-				s.lines = append(s.lines, span{off: jsize, n: int64(len(enc))})
+				s.lines = append(s.lines, span{off: jsize, n: int64(len(enc)), seq: lineNo})
 				jsize += int64(len(enc))
 			}
 			if err := emit(res.Outputs, s); err != nil {
@@ -225,15 +232,22 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 	return sum, nil
 }
 
-// spill copies the session's accepted events from the journal into a spill
-// file. A failure becomes the SpillResult's Failure, which halts the session.
+// spill copies the session's accepted events from req.FirstSeq to
+// req.LastSeq from the journal into a spill file: all of them for a
+// session's first spill, those after the previous spill for the next ones.
+// A failure becomes the SpillResult's Failure, which halts the session.
 func (r *Runner) spill(journal *os.File, s *session, req *ledger.SpillRequest) ledger.SpillResult {
-	if uint64(len(s.lines)) != req.Events {
-		return ledger.SpillResult{Failure: fmt.Sprintf("the journal holds %d events of the session, the ledger counts %d", len(s.lines), req.Events)}
+	bucket := r.Bucket
+	if bucket == "" {
+		bucket = spill.Bucket
 	}
-	st, err := spill.Dir{Path: r.SpillDir}.Put(req.Name, func(w *spill.Writer) error {
+	from, _ := slices.BinarySearchFunc(s.lines, req.FirstSeq, func(sp span, seq uint64) int { return cmp.Compare(sp.seq, seq) })
+	h, err := spill.Dir{Path: r.SpillDir}.Write(*req, bucket, func(w *spill.Writer) error {
 		buf := make([]byte, 0, 4096)
-		for _, sp := range s.lines {
+		for _, sp := range s.lines[from:] {
+			if sp.seq > req.LastSeq {
+				break
+			}
 			if int64(cap(buf)) < sp.n {
 				buf = make([]byte, sp.n)
 			}
@@ -250,14 +264,7 @@ func (r *Runner) spill(journal *os.File, s *session, req *ledger.SpillRequest) l
 	if err != nil {
 		return ledger.SpillResult{Failure: err.Error()}
 	}
-	bucket := r.Bucket
-	if bucket == "" {
-		bucket = spill.Bucket
-	}
-	return ledger.SpillResult{Handle: events.SpillHandle{
-		Bucket: bucket, Name: req.Name, Digest: st.Digest, Size: st.Size,
-		Range: req.Range, Events: st.Events, FirstSeq: req.FirstSeq, LastSeq: req.LastSeq,
-	}}
+	return ledger.SpillResult{Handle: h}
 }
 
 func (s *session) count(o events.Output) {

@@ -3,6 +3,7 @@ package offline
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor/ledger"
+	"github.com/seamguard/seamguard/spill"
 )
 
 const story = `{"specversion":"1.0","id":"1","source":"s","type":"io.seamguard.session.opened","subject":"a","data":{"unit":"turns","recovery_floor":{"span":2,"unit":"turns"}}}
@@ -93,4 +95,45 @@ func TestLongLineAndValidate(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "SpillDir")
 	assert.Contains(t, err.Error(), "Out")
+}
+
+// TestIncrementalSpill: a spill request that follows another (as the
+// ledger asks once a session has spilled) copies only the session's
+// events after the previous spill, and the chain in the spill directory
+// reads back whole.
+func TestIncrementalSpill(t *testing.T) {
+	dir := t.TempDir()
+	r := &Runner{SpillDir: dir, Out: &bytes.Buffer{}}
+	journal, err := os.CreateTemp(t.TempDir(), "journal")
+	require.NoError(t, err)
+	defer journal.Close()
+	s := &session{}
+	var off int64
+	for i, seq := range []uint64{1, 2, 4, 5, 7} {
+		line := fmt.Sprintf(`{"n":%d}`+"\n", i)
+		_, err := journal.WriteString(line)
+		require.NoError(t, err)
+		s.lines = append(s.lines, span{off: off, n: int64(len(line)), seq: seq})
+		off += int64(len(line))
+	}
+	first := ledger.SpillRequest{Session: "a", Name: "a/1.jsonl", FirstSeq: 1, LastSeq: 2, Events: 2, Range: events.Range{End: 1}}
+	res := r.spill(journal, s, &first)
+	require.Empty(t, res.Failure)
+	second := ledger.SpillRequest{Session: "a", Name: "a/2.jsonl", Previous: "a/1.jsonl", FirstSeq: 3, LastSeq: 5, Events: 2, Range: events.Range{End: 2}}
+	res = r.spill(journal, s, &second)
+	require.Empty(t, res.Failure)
+	require.NotNil(t, res.Handle.Previous)
+	assert.Equal(t, "a/1.jsonl", *res.Handle.Previous)
+	assert.Equal(t, uint64(2), res.Handle.Events)
+	b, err := os.ReadFile(filepath.Join(dir, "a", "2.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, "{\"n\":2}\n{\"n\":3}\n", string(b))
+	var all bytes.Buffer
+	_, err = spill.Dir{Path: dir}.GetChain("a/2.jsonl", &all)
+	require.NoError(t, err)
+	assert.Equal(t, "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n", all.String())
+
+	third := ledger.SpillRequest{Session: "a", Name: "a/3.jsonl", Previous: "a/2.jsonl", FirstSeq: 6, LastSeq: 7, Events: 2}
+	res = r.spill(journal, s, &third)
+	assert.Contains(t, res.Failure, "incomplete", "one event lies in 6..7")
 }
