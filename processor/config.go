@@ -30,6 +30,8 @@ const (
 	DefaultRetryFor           = 30 * time.Second
 	DefaultDrainTimeout       = 25 * time.Second
 	DefaultMaxSessions        = 250_000
+	DefaultSweepEvery         = 5 * time.Minute
+	DefaultSweepMinAge        = 10 * time.Minute
 )
 
 // Config configures a Processor. Its zero value is a working single-server
@@ -133,6 +135,16 @@ type Config struct {
 	// and never deletes a spill it holds. Provision sets it on a new bucket
 	// and updates an existing one in place. At least 1 MiB when set.
 	SpillBucketMaxBytes int64
+	// SweepEvery is how often the spill bucket is swept for orphaned
+	// chunks (those of a write that died before it finished: a process
+	// killed mid-spill); 0 means 5 minutes, a negative value never. A
+	// sweep also runs when Run starts.
+	SweepEvery time.Duration
+	// SweepMinAge is how old unnamed chunks must be before a sweep purges
+	// them; 0 means 10 minutes. Chunks a live write registered are never
+	// purged, whatever their age; a write's registration lapses after
+	// SweepMinAge unrenewed (at most a minute).
+	SweepMinAge time.Duration
 }
 
 // MinSpillBucketMaxBytes is the smallest SpillBucketMaxBytes other than 0.
@@ -183,6 +195,8 @@ func (c Config) withDefaults() Config {
 	setD(&c.RetryFor, DefaultRetryFor)
 	setD(&c.DrainTimeout, DefaultDrainTimeout)
 	set(&c.MaxSessions, DefaultMaxSessions)
+	setD(&c.SweepEvery, DefaultSweepEvery)
+	setD(&c.SweepMinAge, DefaultSweepMinAge)
 	return c
 }
 
@@ -215,7 +229,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"DrainTimeout", c.DrainTimeout}} {
+	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"DrainTimeout", c.DrainTimeout}, {"SweepMinAge", c.SweepMinAge}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
 		}
@@ -225,6 +239,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait > 0 && c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("processor: AckWait %s is under a second; messages would be redelivered while they are being handled", c.AckWait))
+	}
+	if c.SweepMinAge > 0 && c.SweepMinAge < 2*time.Second {
+		errs = append(errs, fmt.Errorf("processor: SweepMinAge %s is under 2s; a write's registration would lapse between its renewals", c.SweepMinAge))
 	}
 	if c.Durable != "" && strings.ContainsAny(c.Durable, ".*> \t") {
 		errs = append(errs, fmt.Errorf("processor: Durable %q may not hold '.', '*', '>' or white space", c.Durable))

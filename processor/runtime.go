@@ -84,6 +84,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	p.store = &spill.Store{
 		JS: js, Stream: cfg.Names().Events, Subjects: p.subj, Bucket: cfg.Names().Spills,
 		Retries: cfg.SpillRetries, Verify: cfg.SpillVerify,
+		RegistrationTTL: min(spill.DefaultRegistrationTTL, cfg.SweepMinAge),
 	}
 	p.status = js.Conn().Status
 	return p, nil
@@ -178,6 +179,13 @@ func (p *Processor) Run(ctx context.Context) error {
 		<-leasesDone
 	}()
 
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		p.sweepSpills(hard)
+	}()
+	defer func() { cancel(); <-sweepDone }()
+
 	shards := make([]*shard, p.cfg.Shards)
 	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
@@ -226,6 +234,29 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.log.Info("processor stopped")
 	return nil
+}
+
+// sweepSpills sweeps the spill bucket for orphaned chunks now and every
+// SweepEvery until ctx ends.
+func (p *Processor) sweepSpills(ctx context.Context) {
+	if p.cfg.SweepEvery < 0 {
+		return
+	}
+	for {
+		rep, err := p.store.SweepOrphans(ctx, p.cfg.SweepMinAge)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			p.log.Warn("sweeping the spill bucket for orphaned chunks failed; trying again at the next sweep", "err", err)
+		case rep.Orphans > 0 || rep.Stale > 0:
+			p.log.Info("swept orphaned chunks from the spill bucket", "objects", rep.Orphans, "chunks", rep.Messages,
+				"dead_writes", rep.Stale, "writes_in_progress", rep.Writes, "too_young", rep.Young)
+		}
+		if sleep(ctx, p.cfg.SweepEvery) != nil {
+			return
+		}
+	}
 }
 
 // fetch pulls one consumer's messages and hands them to their shards until
@@ -1213,14 +1244,17 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 		if ctx.Err() != nil {
 			return ledger.SpillResult{}, ctx.Err()
 		}
-		if errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err)) {
+		// Retrying cannot fix a full bucket or store, the session's quota,
+		// or a refusal: the session halts at once (rule 5).
+		permanent := errors.Is(err, spill.ErrPermanent) || permanentFailure(err)
+		if !permanent && (errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err))) {
 			if rerr := b.retry(ctx, attempt, err); rerr != nil {
 				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: %w", req.Name, rerr)
 			}
 			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 			continue
 		}
-		if failures++; failures < spillFailures && !errors.Is(err, spill.ErrIncomplete) && !permanentFailure(err) {
+		if failures++; failures < spillFailures && !errors.Is(err, spill.ErrIncomplete) && !permanent {
 			p.log.Warn("spill failed; trying again", "session", req.Session, "seq", req.Cause.Meta.Seq, "attempt", failures, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err

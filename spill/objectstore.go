@@ -77,6 +77,10 @@ type Store struct {
 	// for Write's walk back to a session's first spill; 0 means
 	// DefaultMaxChain.
 	MaxChain int
+	// RegistrationTTL is how long a write's registration lasts unrenewed
+	// (see SweepOrphans); 0 means DefaultRegistrationTTL. A write renews it
+	// every twelfth of it, at most every DefaultRenewal.
+	RegistrationTTL time.Duration
 
 	// Tests only: how often a write renews its registration and how long
 	// one lasts unrenewed (0: the defaults), and crash, which leaves a
@@ -107,6 +111,9 @@ func (s *Store) Validate() error {
 	}
 	if s.Retries < 0 {
 		errs = append(errs, fmt.Errorf("spill: Store.Retries is %d; use 0 for the default of %d, or a positive number", s.Retries, DefaultRetries))
+	}
+	if s.RegistrationTTL < 0 || s.RegistrationTTL > 0 && s.RegistrationTTL < time.Second {
+		errs = append(errs, fmt.Errorf("spill: Store.RegistrationTTL is %s; use 0 for the default of %s, or a second or more", s.RegistrationTTL, DefaultRegistrationTTL))
 	}
 	if s.ChunkSize < 0 {
 		errs = append(errs, fmt.Errorf("spill: Store.ChunkSize is %d; use 0 for the default of %d, or a positive size", s.ChunkSize, DefaultChunkSize))

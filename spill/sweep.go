@@ -32,12 +32,18 @@ func (s *Store) renewal() time.Duration {
 	if s.beat > 0 {
 		return s.beat
 	}
+	if s.RegistrationTTL > 0 {
+		return min(DefaultRenewal, s.RegistrationTTL/12)
+	}
 	return DefaultRenewal
 }
 
 func (s *Store) registrationTTL() time.Duration {
 	if s.markerTTL > 0 {
 		return s.markerTTL
+	}
+	if s.RegistrationTTL > 0 {
+		return s.RegistrationTTL
 	}
 	return DefaultRegistrationTTL
 }
