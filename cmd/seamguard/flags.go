@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -162,4 +163,36 @@ func checkSession(flag, id string) error {
 		return fmt.Errorf("%w: %s %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, flag, id)
 	}
 	return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, id)
+}
+
+// sizeValue is a flag of a byte count: a plain number of bytes, or one
+// with a suffix KiB, MiB, GiB or TiB (KB, MB, GB, TB and K, M, G, T are
+// read as the same powers of 1024).
+type sizeValue struct{ n *int64 }
+
+func (v sizeValue) String() string {
+	if v.n == nil {
+		return "0"
+	}
+	return strconv.FormatInt(*v.n, 10)
+}
+
+func (v sizeValue) Set(s string) error {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return fmt.Errorf("%q is not a size: use a number of bytes, or one with KiB, MiB, GiB or TiB, e.g. 512MiB", s)
+	}
+	*v.n = n * mult
+	return nil
 }

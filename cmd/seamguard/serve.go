@@ -44,6 +44,9 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
 	fs.DurationVar(&p.cfg.RetryFor, "retry-for", processor.DefaultRetryFor, "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
 	fs.DurationVar(&p.cfg.DrainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
+	fs.Var(sizeValue{&p.cfg.SpillBucketMaxBytes}, "spill-bucket-max-bytes", "the most the spill bucket may hold, e.g. 50GiB; a spill that does not fit halts its session; 0: no limit but the server's storage")
+	fs.DurationVar(&p.cfg.SweepEvery, "sweep-every", processor.DefaultSweepEvery, "how often the spill bucket is swept for orphaned chunks (of spills cut short by a crash); negative: never")
+	fs.DurationVar(&p.cfg.SweepMinAge, "sweep-min-age", processor.DefaultSweepMinAge, "how old unnamed chunks must be before a sweep purges them")
 	fs.IntVar(&p.cfg.MaxSessions, "max-sessions", processor.DefaultMaxSessions, "sessions kept in memory; past it the least used leave memory and are read from the bucket when next used")
 }
 
