@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -42,8 +44,11 @@ func FuzzStep(f *testing.F) {
 }
 
 // FuzzSnapshot feeds arbitrary bytes to UnmarshalBinary: it must never panic;
-// what it accepts must re-encode to bytes that decode to the same ledger and
-// encode identically again, and Step must not panic on it.
+// what it accepts (version 1 or the current one) must re-encode to bytes
+// that decode to the same ledger and encode identically again, and Step
+// must not panic on it. The seeds hold spill chains, forgotten request ids
+// and pending refusals with cut lists (orcSession's limits), and the
+// version-1 fixtures.
 func FuzzSnapshot(f *testing.F) {
 	var zero Ledger
 	b, _ := zero.MarshalBinary()
@@ -51,6 +56,15 @@ func FuzzSnapshot(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	f.Add([]byte{2, 0, 0})
+	// Version-1 snapshots, which load as the current version.
+	v1, _ := filepath.Glob(filepath.Join("testdata", "snapshot-v1", "*.snap"))
+	for _, name := range v1 {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	// Snapshots from a few generated sessions, including pending spills,
 	// halts, waivers and closed sessions.
 	for i := range 6 {
@@ -66,7 +80,8 @@ func FuzzSnapshot(f *testing.F) {
 					snap, _ := l.MarshalBinary()
 					f.Add(snap)
 				}
-				if _, err := Step(&l, Input{Spill: &SpillResult{Handle: events.SpillHandle{Name: res.Spill.Name, Range: res.Spill.Range}, Failure: it.spillFail}}, opts.cfg); err != nil {
+				if _, err := Step(&l, Input{Spill: &SpillResult{Handle: events.SpillHandle{Name: res.Spill.Name, Range: res.Spill.Range,
+					Size: 100 * res.Spill.Events, LastSeq: res.Spill.LastSeq}, Failure: it.spillFail, OverQuota: it.overQuota}}, opts.cfg); err != nil {
 					f.Fatal(err)
 				}
 			}
