@@ -106,10 +106,11 @@
 //     rejected as too_large with its first 256 bytes echoed, enough to find
 //     the input (its stream sequence is echoed too).
 //   - Outputs list at most MaxAtRiskRanges ranges in a list that could be
-//     long (at_risk, unrecoverable, summary_coverage) and then say so with
-//     a *_truncated flag and a *_total count of ranges and units
-//     (AtRiskTotal); the ledger does the cutting. With these, every output
-//     is under MaxOutputBytes (64 KiB) encoded.
+//     long (the at_risk lists of a refusal's reasons together,
+//     unrecoverable, summary_coverage) and then say so with a *_truncated
+//     flag and a *_total count of ranges and units (AtRiskTotal); the
+//     ledger does the cutting. With these, every output is under
+//     MaxOutputBytes (64 KiB) encoded.
 //
 // # Encoding
 //
