@@ -55,7 +55,7 @@
 //
 // Config.Limits bounds what one session's ledger holds; the zero value of
 // each field is its default, and Validate reports every problem at once:
-//   - MaxRanges (default 10,000): ranges in any one set: received,
+//   - MaxRanges (default 100,000): ranges in any one set: received,
 //     truncated, committed and every request's summary coverage, waived,
 //     and a halt's unrecoverable ranges. spilled needs no check of its own:
 //     it is always part of received.

@@ -273,7 +273,15 @@ func (l *Ledger) step(ev *events.Event, cfg Config, lim Limits) Result {
 		return Result{Duplicate: true}
 	}
 	limit := lim.MaxSnapshotBytes - haltReserve
-	res, ok, size := l.fits(limit, l.growth(ev), func(x *Ledger) Result { return x.apply(ev, h, cfg, lim) })
+	growth := l.growth(ev)
+	// A request that will be decided is evaluated first: what it may add
+	// follows from its evaluation, which the decision then uses.
+	var pre *prejudged
+	if b, ok := ev.Body.(*events.CompactionRequested); ok && l.evaluates(b, h) {
+		pre = l.prejudge(b)
+		growth = l.growth(ev) + l.requestGrowth(b, ev, pre, lim)
+	}
+	res, ok, size := l.fits(limit, growth, func(x *Ledger) Result { return x.apply(ev, h, cfg, lim, pre) })
 	if !ok {
 		return l.limitHit(ev, "ledger.snapshot", fmt.Sprintf(
 			"applying this event would take the session's state to %d bytes, past its limit of %d bytes (%d less than MaxSnapshotBytes, kept for a halt)",
@@ -294,8 +302,9 @@ func (l *Ledger) stepSpill(r *SpillResult, lim Limits) Result {
 		"recording the spill would take the session's state to %d bytes, past its limit of %d bytes", size, limit), lim)}}
 }
 
-// apply applies an event that is not a duplicate.
-func (l *Ledger) apply(ev *events.Event, h uint64, cfg Config, lim Limits) Result {
+// apply applies an event that is not a duplicate. pre, when not nil, is a
+// compaction request prejudged against the ledger as it stands.
+func (l *Ledger) apply(ev *events.Event, h uint64, cfg Config, lim Limits, pre *prejudged) Result {
 	var res Result
 	switch b := ev.Body.(type) {
 	case *events.SessionOpened:
@@ -305,7 +314,7 @@ func (l *Ledger) apply(ev *events.Event, h uint64, cfg Config, lim Limits) Resul
 	case *events.ContextTruncated:
 		res = l.truncate(ev, b, lim)
 	case *events.CompactionRequested:
-		res = l.request(ev, b, h, cfg, lim)
+		res = l.request(ev, b, h, cfg, lim, pre)
 	case *events.CompactionCommitted:
 		res = l.commit(ev, b, h, lim)
 	case *events.SessionResumed:
@@ -627,7 +636,7 @@ func (l *Ledger) forgetOldest() {
 	delete(l.requests, oldest)
 }
 
-func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint64, cfg Config, lim Limits) Result {
+func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint64, cfg Config, lim Limits, pre *prejudged) Result {
 	c := events.CauseOf(ev)
 	session := events.Excerpt(ev.Subject)
 	// Rule 1: unknown or closed sessions. The event is no part of a transcript.
@@ -673,7 +682,10 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 
 	// The checks change nothing; the limits are checked before the ledger
 	// is, so that an event over a limit leaves it as it was.
-	e := l.Evaluate(b)
+	if pre == nil {
+		pre = l.prejudge(b)
+	}
+	e := pre.e
 	whole := NewRangeSet(Range{Start: 0, End: l.head})
 	if n := e.Coverage.Len(); n > lim.MaxRanges {
 		return l.limitHit(ev, "ledger.coverage", tooMany("summary coverage", fmt.Sprintf("compaction %q", events.Excerpt(b.RequestID)), n, lim), whole, lim)
@@ -689,7 +701,7 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 		return accepted(l.allowedOutput(c, b, e, nil, nil, lim))
 	}
 	// Rule 3.
-	rest := Diff(Diff(e.AtRisk, l.spilled), l.waived)
+	rest := pre.rest
 	if rest.IsEmpty() {
 		decided(true)
 		var by []events.SpillHandle

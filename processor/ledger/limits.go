@@ -10,8 +10,11 @@ import (
 
 // Defaults and floors of Limits.
 const (
-	// DefaultMaxRanges is the most ranges one range set may hold.
-	DefaultMaxRanges = 10_000
+	// DefaultMaxRanges is the most ranges one range set may hold: enough
+	// for 100,000 disjoint truncations (about 200 KiB of snapshot), which a
+	// request is still decided against in microseconds. The snapshot limit
+	// bounds what all the sets hold together.
+	DefaultMaxRanges = 100_000
 	// DefaultMaxRequests is how many request ids a ledger remembers; the
 	// contract asks for at least the 256 most recent, so it is also the
 	// least Validate accepts.
@@ -95,11 +98,11 @@ func (l Limits) orDefaults() Limits {
 // the ledger keeps the size it last measured, plus slack, a bound on what
 // the Steps since may have added, each Step's share computed before it
 // from the ledger and the event. While that estimate stays within the
-// limit the Step runs as usual. Otherwise the Step runs on a copy whose
-// snapshot is measured; the copy replaces the ledger when it fits, and the
-// estimate restarts from the measured size. So a session pays for encoding
-// only when it comes near its limit, and then about once per (limit - size)
-// / growth Steps.
+// limit the Step runs as usual. Otherwise the ledger measures its snapshot
+// again, and if the Step may still not fit, it runs on a copy whose
+// snapshot is measured; the copy replaces the ledger when it fits. So a
+// session pays for encoding only when it comes near its limit, and then
+// about once per (limit - size) / growth Steps.
 const (
 	// rangeBytes bounds one range in a snapshot: two varints of values up
 	// to MaxOffset (2^53), 8 bytes each.
@@ -145,8 +148,8 @@ func (l *Ledger) roomFor(n int, lim Limits) bool {
 // ledger unchanged, when f would take the snapshot past limit; size is
 // then the size it would have had.
 func (l *Ledger) fits(limit, growth int, f func(*Ledger) Result) (res Result, ok bool, size int) {
-	if !l.sized {
-		l.measure()
+	if !l.sized || l.slack > 0 && l.size+fixedBytes+l.slack+growth > limit {
+		l.measure() // the slack may be what is in the way
 	}
 	if l.size+fixedBytes+l.slack+growth <= limit {
 		res = f(l)
@@ -183,7 +186,7 @@ func (l *Ledger) growth(ev *events.Event) int {
 	case *events.TurnAppended, *events.ContextTruncated:
 		g += rangeBytes + 1
 	case *events.CompactionRequested:
-		g += l.requestGrowth(b.RequestID, ev)
+		g += l.recordGrowth(b.RequestID, 0) // refused under rule 1 (see requestGrowth)
 	case *events.CompactionCommitted:
 		g += 8 + 1
 		if rec := l.requests[b.RequestID]; rec != nil {
@@ -198,22 +201,58 @@ func (l *Ledger) growth(ev *events.Event) int {
 	return g
 }
 
-// riskBound bounds the ranges of a request's at-risk set: each check's
-// at-risk ranges are pieces of the session's sets (see Evaluate), and their
-// union has at most as many as they have together.
-func (l *Ledger) riskBound() int {
-	return l.received.Len() + 5*l.truncated.Len() + l.committed.Len() + 12
+// recordGrowth bounds what remembering a request adds: its key, flags,
+// coverage, an event id, its use stamp, and the hash of an id forgotten for
+// it.
+func (l *Ledger) recordGrowth(id string, coverage int) int {
+	return strBytes(id) + 2 + setBytes(coverage) + 8 + 2 + numBytes + 8
 }
 
-func (l *Ledger) requestGrowth(id string, ev *events.Event) int {
-	cov := setBytes(l.truncated.Len() + l.committed.Len() + 2)
-	record := strBytes(id) + 2 + cov + 8 + 2 + numBytes + 8 // key, flags, coverage, ids, used, a forgotten hash
-	risk := l.riskBound()
-	pending := 1 + strBytes(ev.ID) + strBytes(ev.Source) + strBytes(ev.Meta.Subject) + numBytes + strBytes(id) + numBytes +
-		7*(strBytes("reach_not_in_input")+numBytes+messageBytes+numBytes+1+2*numBytes) +
-		events.MaxAtRiskRanges*rangeBytes + setBytes(risk)
-	halt := 1 + strBytes(id) + setBytes(risk+l.spilled.Len()+l.waived.Len())
-	return record + pending + halt
+// evaluates reports whether a request would be decided under rules 2 to 5,
+// its checks run: the session open, not halted, the request valid and no
+// duplicate.
+func (l *Ledger) evaluates(b *events.CompactionRequested, h uint64) bool {
+	if l.status != statusOpen || l.invalid(b) != "" {
+		return false
+	}
+	rec := l.requests[b.RequestID]
+	return rec == nil || !slices.Contains(rec.ids, h)
+}
+
+// prejudge evaluates a request that evaluates says will be decided, before
+// it is applied: what it may add to the snapshot follows from that, and the
+// decision then uses it rather than evaluating again.
+func (l *Ledger) prejudge(b *events.CompactionRequested) *prejudged {
+	e := l.Evaluate(b)
+	return &prejudged{e: e, rest: Diff(Diff(e.AtRisk, l.spilled), l.waived)}
+}
+
+// prejudged is a request's evaluation and the at-risk offsets that no spill
+// or waiver covers (rule 3), against the ledger as it stands.
+type prejudged struct {
+	e    Evaluation
+	rest RangeSet
+}
+
+// requestGrowth bounds what deciding a request adds: its record with the
+// summary coverage, and, when rule 3 does not allow it, the pending
+// refusal of a spill (its reasons cut short, all its at-risk ranges) or the
+// ranges of a halt.
+func (l *Ledger) requestGrowth(b *events.CompactionRequested, ev *events.Event, p *prejudged, lim Limits) int {
+	g := l.recordGrowth(b.RequestID, p.e.Coverage.Len())
+	if p.rest.IsEmpty() {
+		return g // rules 2 and 3: allowed
+	}
+	listed := 0
+	pending := 1 + strBytes(ev.ID) + strBytes(ev.Source) + strBytes(ev.Meta.Subject) + numBytes + strBytes(b.RequestID) + numBytes +
+		setBytes(p.e.AtRisk.Len())
+	for _, r := range p.e.Reasons {
+		pending += strBytes(string(r.Code)) + strBytes(r.Message) + numBytes + 1 + 2*numBytes
+		listed += len(r.AtRisk)
+	}
+	pending += min(listed, lim.listed) * rangeBytes
+	halt := 1 + strBytes(b.RequestID) + setBytes(p.rest.Len())
+	return g + max(pending, halt)
 }
 
 // spillGrowth bounds what a spill result can add: its handle, the spilled

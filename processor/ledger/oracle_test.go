@@ -299,7 +299,7 @@ func orcLimitsOf(cfg Config) orcLimits {
 	l := cfg.Limits
 	o := orcLimits{ranges: l.MaxRanges, requests: l.MaxRequests, quota: l.SpillQuota, listed: l.listed}
 	if o.ranges <= 0 {
-		o.ranges = 10_000
+		o.ranges = 100_000
 	}
 	if o.requests <= 0 {
 		o.requests = 256

@@ -445,7 +445,7 @@ func (r *orcRunner) item(it orcItem) string {
 	before := r.prev
 	in := Input{Event: ev}
 	lim := r.opts.cfg.Limits.orDefaults()
-	hint := r.hint(func(c *Ledger) Result { return c.apply(ev, idHash(ev.Source, ev.ID), r.opts.cfg, lim) })
+	hint := r.hint(func(c *Ledger) Result { return c.apply(ev, idHash(ev.Source, ev.ID), r.opts.cfg, lim, nil) })
 	res, err := Step(&r.l, in, r.opts.cfg)
 	if err != nil {
 		return "Step returned an error although the protocol was followed: " + err.Error()
