@@ -225,15 +225,16 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 	return sum, nil
 }
 
-// spill copies the session's accepted events from the journal into a spill
-// file. A failure becomes the SpillResult's Failure, which halts the session.
+// spill copies the session's accepted events that no earlier spill holds
+// (the last req.Events of them) from the journal into a spill file. A
+// failure becomes the SpillResult's Failure, which halts the session.
 func (r *Runner) spill(journal *os.File, s *session, req *ledger.SpillRequest) ledger.SpillResult {
-	if uint64(len(s.lines)) != req.Events {
-		return ledger.SpillResult{Failure: fmt.Sprintf("the journal holds %d events of the session, the ledger counts %d", len(s.lines), req.Events)}
+	if uint64(len(s.lines)) < req.Events {
+		return ledger.SpillResult{Failure: fmt.Sprintf("the journal holds %d events of the session, the ledger asks for the last %d", len(s.lines), req.Events)}
 	}
 	st, err := spill.Dir{Path: r.SpillDir}.Put(req.Name, func(w *spill.Writer) error {
 		buf := make([]byte, 0, 4096)
-		for _, sp := range s.lines {
+		for _, sp := range s.lines[uint64(len(s.lines))-req.Events:] {
 			if int64(cap(buf)) < sp.n {
 				buf = make([]byte, sp.n)
 			}
