@@ -88,9 +88,10 @@
 //     data.note) and a message giving the size and the bound. When several
 //     are too large, the first of id, source, then the extensions in name
 //     order is named. Other attributes are bounded by their own checks
-//     (subject is a session id, type one of a few names); data fields such
-//     as role, stage and content are not bounded here: the NATS message
-//     size bounds them, and no output echoes them.
+//     (subject is a session id, type one of a few names). Extension names,
+//     and data fields such as role, stage and content, are not bounded
+//     here: the NATS message size bounds them, and no output repeats more
+//     than an excerpt of them.
 //   - Excerpt is how any output quotes an input value: at most
 //     MaxQuoteBytes (256) bytes of it, cut on a UTF-8 boundary and followed
 //     by "…[N more bytes]". Every message and field of an *Error that

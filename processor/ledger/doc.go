@@ -98,7 +98,8 @@
 //
 // A request that needs a spill when the session has spilled SpillQuota
 // bytes already is rule 5: halted, the message naming the quota. So is a
-// spill result over what was left of it.
+// spill result over what was left of it. A spill result that the snapshot
+// has no room to record halts the session too, naming [0, head).
 //
 // Forgotten request ids: the ledger keeps the hashes (64-bit FNV-1a) of the
 // last 1,024 request ids it forgot that rules 2 to 5 had decided, and a

@@ -279,7 +279,7 @@ func (l *Ledger) step(ev *events.Event, cfg Config, lim Limits) Result {
 	var pre *prejudged
 	if b, ok := ev.Body.(*events.CompactionRequested); ok && l.evaluates(b, h) {
 		pre = l.prejudge(b)
-		growth = l.growth(ev) + l.requestGrowth(b, ev, pre, lim)
+		growth += l.requestGrowth(b, ev, pre, lim)
 	}
 	res, ok, size := l.fits(limit, growth, func(x *Ledger) Result { return x.apply(ev, h, cfg, lim, pre) })
 	if !ok {
