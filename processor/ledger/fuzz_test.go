@@ -65,6 +65,41 @@ func FuzzSnapshot(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// A spill chain, forgotten request ids and a pending refusal with its
+	// lists cut short.
+	{
+		s := &orcBuilder{session: "chain"}
+		s.open(events.UnitTurns, events.UnitTurns, 2)
+		s.turns(0, 10)
+		s.truncate(0, 2)
+		s.request("a", Range{Start: 2, End: 10}, Range{Start: 2, End: 8}, 8, false)
+		s.request("b", Range{Start: 0, End: 10}, Range{Start: 0, End: 8}, 8, false)
+		s.turns(10, 14)
+		s.truncate(4, 5)
+		s.truncate(12, 13)
+		s.request("c", Range{Start: 5, End: 14}, Range{Start: 5, End: 12}, 12, false)
+		cfg := Config{Limits: Limits{MaxRequests: 1, listed: 1}}
+		var l Ledger
+		for _, it := range s.items {
+			res, err := Step(&l, Input{Event: it.ev}, cfg)
+			if err != nil {
+				f.Fatal(err)
+			}
+			if res.Spill != nil {
+				snap, _ := l.MarshalBinary()
+				f.Add(snap)
+				if _, err := Step(&l, Input{Spill: &SpillResult{Handle: events.SpillHandle{Name: res.Spill.Name, Range: res.Spill.Range,
+					Size: 10, Events: res.Spill.Events, FirstSeq: res.Spill.FirstSeq, LastSeq: res.Spill.LastSeq}}}, cfg); err != nil {
+					f.Fatal(err)
+				}
+			}
+		}
+		if l.spills < 2 || l.forgottenAll == 0 {
+			f.Fatalf("the chain seed has %d spills and %d forgotten ids", l.spills, l.forgottenAll)
+		}
+		snap, _ := l.MarshalBinary()
+		f.Add(snap)
+	}
 	// Snapshots from a few generated sessions, including pending spills,
 	// halts, waivers and closed sessions.
 	for i := range 6 {
