@@ -34,7 +34,8 @@
 //     it is never applied twice;
 //   - a ledger belongs to the session of its first accepted event; a
 //     rejected event, even the first, leaves the ledger byte-for-byte as it
-//     was; a session closed while halted keeps its halt ranges;
+//     was, but for the halt that a rejection at a state limit brings (see
+//     Limits); a session closed while halted keeps its halt ranges;
 //   - recovered_by names the newest spill: with the chain of spills before
 //     it, it holds every received offset of [0, head) at its time, so it
 //     holds all that any spill holds.
