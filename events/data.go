@@ -35,11 +35,17 @@ func decodeData(typ string, data json.RawMessage) (any, *Error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(id) > MaxIDBytes {
+			return nil, tooLarge("data.request_id", len(id), MaxIDBytes, "request ids are at most 256 bytes: send the request_id of the compaction.requested")
+		}
 		return &CompactionCommitted{RequestID: id}, nil
 	case TypeSessionResumed:
 		note, _, err := o.str("note", "why an operator lifts the halt, knowingly accepting the unrecoverable offsets", true, true)
 		if err != nil {
 			return nil, err
+		}
+		if len(note) > MaxNoteBytes {
+			return nil, tooLarge("data.note", len(note), MaxNoteBytes, "keep the note short and point to a fuller record (a ticket or a document) in it")
 		}
 		return &SessionResumed{Note: note}, nil
 	}
@@ -59,7 +65,7 @@ func newObj(path string, raw json.RawMessage) (obj, *Error) {
 		return obj{}, Errorf(CodeBadData, path, "%s is %s; it must be a JSON object", path, jsonKind(raw))
 	}
 	if dup != "" {
-		return obj{}, Errorf(CodeBadData, path+"."+dup, "the field %q appears twice in %s; send it once", dup, path)
+		return obj{}, Errorf(CodeBadData, path+"."+Excerpt(dup), "the field %q appears twice in %s; send it once", Excerpt(dup), path)
 	}
 	m := make(map[string]json.RawMessage, len(members))
 	for _, mb := range members {
@@ -257,6 +263,9 @@ func (o obj) compactionRequested() (*CompactionRequested, *Error) {
 	id, _, err := o.str("request_id", "the id of this compaction request", false, false)
 	if err != nil {
 		return nil, err
+	}
+	if len(id) > MaxIDBytes {
+		return nil, tooLarge("data.request_id", len(id), MaxIDBytes, "use a request id of at most 256 bytes, such as a UUID")
 	}
 	in, err := o.rng("summarizer_input", "the offsets the summarizer reads")
 	if err != nil {

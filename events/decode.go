@@ -172,7 +172,7 @@ func readHeaders(h map[string][]string) (headers, *Error) {
 			for _, v := range h[k] {
 				if out.hasCT && v != out.contentType {
 					return out, Errorf(CodeMalformed, "",
-						"the Content-Type header is given twice with different values (%q and %q); send it once", out.contentType, v)
+						"the Content-Type header is given twice with different values (%q and %q); send it once", Excerpt(out.contentType), Excerpt(v))
 				}
 				out.contentType, out.hasCT = v, true
 			}
@@ -184,21 +184,21 @@ func readHeaders(h map[string][]string) (headers, *Error) {
 		}
 		if name == "data" || name == "data_base64" {
 			return out, Errorf(CodeMalformed, "data",
-				"the header %q is not allowed: in binary mode the data is the message body, in structured mode it is the body's \"data\" member", k)
+				"the header %q is not allowed: in binary mode the data is the message body, in structured mode it is the body's \"data\" member", Excerpt(k))
 		}
 		if !validAttrName(name) {
-			return out, Errorf(CodeMalformed, name,
-				"the header %q does not name a CloudEvents attribute: attribute names are lower-case letters and digits only", k)
+			return out, Errorf(CodeMalformed, Excerpt(name),
+				"the header %q does not name a CloudEvents attribute: attribute names are lower-case letters and digits only", Excerpt(k))
 		}
 		for _, v := range h[k] {
 			dv, problem := percentDecode(v)
 			if problem != "" {
-				return out, Errorf(CodeMalformed, name,
-					"the value of header %q %s; percent-encode it (a literal %% is %%25) or send the value as plain UTF-8 text", k, problem)
+				return out, Errorf(CodeMalformed, Excerpt(name),
+					"the value of header %q %s; percent-encode it (a literal %% is %%25) or send the value as plain UTF-8 text", Excerpt(k), problem)
 			}
 			if prev, seen := out.ce[name]; seen && prev != dv {
-				return out, Errorf(CodeMalformed, name,
-					"the attribute %s is given twice in the headers with different values (%q and %q); send each ce- header once", name, prev, dv)
+				return out, Errorf(CodeMalformed, Excerpt(name),
+					"the attribute %s is given twice in the headers with different values (%q and %q); send each ce- header once", Excerpt(name), Excerpt(prev), Excerpt(dv))
 			}
 			out.ce[name] = dv
 		}
@@ -307,7 +307,7 @@ func binaryEnvelope(hdr headers, body []byte) (*envelope, *Error) {
 	data, err := compact(body)
 	if err != nil {
 		return nil, &Error{Code: CodeBadData, Field: "data", Err: err,
-			Message: "the message body is not valid JSON (" + err.Error() + "); in binary mode the body is the event's data, a JSON object"}
+			Message: "the message body is not valid JSON (" + Excerpt(err.Error()) + "); in binary mode the body is the event's data, a JSON object"}
 	}
 	env.data = data
 	return env, nil
@@ -324,10 +324,10 @@ func structuredEnvelope(body []byte) (*envelope, *Error) {
 	members, dup, err := parseObject(body)
 	if err != nil {
 		return nil, &Error{Code: CodeMalformed, Err: err,
-			Message: "the message body is not a JSON object (" + err.Error() + "); send one CloudEvent as a JSON object, or binary mode with a ce-specversion header"}
+			Message: "the message body is not a JSON object (" + Excerpt(err.Error()) + "); send one CloudEvent as a JSON object, or binary mode with a ce-specversion header"}
 	}
 	if dup != "" {
-		return nil, Errorf(CodeMalformed, dup, "the member %q appears twice in the event; send each attribute once", dup)
+		return nil, Errorf(CodeMalformed, Excerpt(dup), "the member %q appears twice in the event; send each attribute once", Excerpt(dup))
 	}
 	env := &envelope{attrs: make(map[string]json.RawMessage, len(members))}
 	for _, m := range members {
@@ -346,20 +346,20 @@ func structuredEnvelope(body []byte) (*envelope, *Error) {
 			return nil, Errorf(CodeBadData, "data",
 				"the event carries data_base64; seamguard's data is a JSON object: send it as \"data\" with datacontenttype application/json")
 		case !validAttrName(m.name):
-			return nil, Errorf(CodeMalformed, m.name,
-				"the member %q is not a CloudEvents attribute name; attribute names are lower-case letters and digits only", m.name)
+			return nil, Errorf(CodeMalformed, Excerpt(m.name),
+				"the member %q is not a CloudEvents attribute name; attribute names are lower-case letters and digits only", Excerpt(m.name))
 		case isNull(m.val):
 			continue // a null attribute is an absent one
 		}
 		val, err := compact(m.val)
 		if err != nil {
-			return nil, &Error{Code: CodeMalformed, Field: m.name, Err: err, Message: m.name + " is not valid JSON"}
+			return nil, &Error{Code: CodeMalformed, Field: Excerpt(m.name), Err: err, Message: Excerpt(m.name) + " is not valid JSON"}
 		}
 		if !coreAttrs[m.name] {
 			switch jsonKind(val) {
 			case "an object", "an array":
-				return nil, Errorf(CodeMalformed, m.name,
-					"the extension attribute %s is %s; extension values are strings, numbers or booleans", m.name, jsonKind(val))
+				return nil, Errorf(CodeMalformed, Excerpt(m.name),
+					"the extension attribute %s is %s; extension values are strings, numbers or booleans", Excerpt(m.name), jsonKind(val))
 			case "a string":
 				s, _ := asString(val)
 				val = jsonString(s) // one spelling for one value, whatever the escapes
@@ -385,16 +385,16 @@ func headersAgree(ce map[string]string, attrs map[string]json.RawMessage) *Error
 		hv := ce[name]
 		raw, ok := attrs[name]
 		if !ok {
-			return Errorf(CodeMalformed, name,
+			return Errorf(CodeMalformed, Excerpt(name),
 				"the header ce-%s is %q but the structured event in the body has no %s; in structured mode the body is the whole event: drop the header or add the attribute to the body",
-				name, hv, name)
+				Excerpt(name), Excerpt(hv), Excerpt(name))
 		}
 		if attrEqual(name, raw, hv) {
 			continue
 		}
-		return Errorf(CodeMalformed, name,
+		return Errorf(CodeMalformed, Excerpt(name),
 			"the header ce-%s (%q) contradicts the %s in the structured event (%s); drop the header or make them agree",
-			name, hv, name, abbreviate(string(raw)))
+			Excerpt(name), Excerpt(hv), Excerpt(name), abbreviate(string(raw)))
 	}
 	return nil
 }
@@ -453,6 +453,9 @@ func (env *envelope) validate(onSubject func(session string) *Error) (*Event, *E
 		}
 		*f.dst = s
 	}
+	if err := checkBounds(ev, a); err != nil {
+		return nil, err
+	}
 	if !ValidSessionID(ev.Subject) {
 		return nil, Errorf(CodeBadSessionID, "subject",
 			"the subject %s is not a valid session id; use 1 to 128 of the characters A-Z, a-z, 0-9, '_' and '-'", jsonQuote(abbreviate(ev.Subject)))
@@ -501,6 +504,44 @@ func (env *envelope) validate(onSubject func(session string) *Error) (*Event, *E
 	}
 	ev.Data, ev.Body = env.data, body
 	return ev, nil
+}
+
+// checkBounds rejects an id, a source or an extension value longer than
+// MaxIDBytes (too_large), naming the first such attribute: id, source, then
+// the extensions in name order.
+func checkBounds(ev *Event, a map[string]json.RawMessage) *Error {
+	if len(ev.ID) > MaxIDBytes {
+		return tooLarge("id", len(ev.ID), MaxIDBytes, "use an id of at most 256 bytes, such as a UUID or a ULID")
+	}
+	if len(ev.Source) > MaxIDBytes {
+		return tooLarge("source", len(ev.Source), MaxIDBytes, "use a source URI of at most 256 bytes that names the agent")
+	}
+	var names []string
+	for name, raw := range a {
+		if !coreAttrs[name] && extLen(raw) > MaxIDBytes {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	name := slices.Min(names)
+	return tooLarge(name, extLen(a[name]), MaxIDBytes,
+		"send extension values of at most 256 bytes and put anything larger in the data")
+}
+
+// extLen is the size of an extension value: a string's bytes, or the JSON
+// spelling of a number or a boolean.
+func extLen(raw json.RawMessage) int {
+	if s, ok := asString(raw); ok {
+		return len(s)
+	}
+	return len(raw)
+}
+
+// tooLarge is the too_large rejection of a field of n bytes, above bound.
+func tooLarge(field string, n, bound int, what string) *Error {
+	return Errorf(CodeTooLarge, Excerpt(field), "%s is %d bytes, more than the %d allowed; %s", Excerpt(field), n, bound, what)
 }
 
 func sortedInputTypes() []string {

@@ -45,7 +45,9 @@ type fastEnv struct {
 	pk   string // the partitionkey extension's string value, when hasPK
 	// hasPK: there is a partitionkey extension, a string.
 	hasPK bool
-	data  json.RawMessage // compacted; nil when absent
+	// big: some extension value is longer than MaxIDBytes.
+	big  bool
+	data json.RawMessage // compacted; nil when absent
 }
 
 func (e *fastEnv) set(i int, v string) bool {
@@ -59,11 +61,13 @@ func (e *fastEnv) set(i int, v string) bool {
 
 func (e *fastEnv) has(i int) bool { return e.have&(1<<i) != 0 }
 
-// addExt adds an extension whose name is known to be valid and lower case.
-func (e *fastEnv) addExt(name string, val json.RawMessage) bool {
+// addExt adds an extension whose name is known to be valid and lower case;
+// n is the size of its value as checkBounds counts it.
+func (e *fastEnv) addExt(name string, val json.RawMessage, n int) bool {
 	if _, dup := e.ext[name]; dup {
 		return false
 	}
+	e.big = e.big || n > MaxIDBytes
 	if e.ext == nil {
 		e.ext = make(map[string]json.RawMessage, 2)
 	}
@@ -166,7 +170,7 @@ func fastHeaders(h map[string][]string, env *fastEnv) (ct string, hasCT, ce, ok 
 		if !validAttrName(name) || name == "data" {
 			return "", false, false, false
 		}
-		if !env.addExt(name, jsonString(v)) {
+		if !env.addExt(name, jsonString(v), len(v)) {
 			return "", false, false, false
 		}
 		if name == "partitionkey" {
@@ -321,13 +325,14 @@ func fastStructured(body []byte, env *fastEnv, own bool) bool {
 			return false
 		}
 		var raw json.RawMessage
+		n := 0
 		switch val[0] {
 		case '"':
 			s, ok := asString(val)
 			if !ok {
 				return false
 			}
-			raw = jsonString(s)
+			raw, n = jsonString(s), len(s)
 			if ext == "partitionkey" {
 				env.pk, env.hasPK = s, true
 			}
@@ -339,11 +344,11 @@ func fastStructured(body []byte, env *fastEnv, own bool) bool {
 			if err != nil {
 				return false
 			}
-			raw = c
+			raw, n = c, len(c)
 		default: // null, an object or an array
 			return false
 		}
-		env.addExt(ext, raw) // names are unique: fastObj checked
+		env.addExt(ext, raw, n) // names are unique: fastObj checked
 	}
 	if n > 0 {
 		buf := make([]byte, 0, n)
@@ -368,7 +373,7 @@ func (e *fastEnv) event(token string, checkSubject bool) *Event {
 			return nil
 		}
 	}
-	if e.attr[attrSpecversion] != "1.0" {
+	if e.attr[attrSpecversion] != "1.0" || len(e.attr[attrID]) > MaxIDBytes || len(e.attr[attrSource]) > MaxIDBytes || e.big {
 		return nil
 	}
 	subject := e.attr[attrSubject]
@@ -427,11 +432,11 @@ func fastData(typ string, data json.RawMessage) (string, any) {
 	case TypeCompactionRequested:
 		return TypeCompactionRequested, o.compactionRequested()
 	case TypeCompactionCommitted:
-		if id, ok := o.str("request_id", true, true); ok {
+		if id, ok := o.str("request_id", true, true); ok && len(id) <= MaxIDBytes {
 			return TypeCompactionCommitted, &CompactionCommitted{RequestID: id}
 		}
 	case TypeSessionResumed:
-		if note, ok := o.str("note", true, true); ok {
+		if note, ok := o.str("note", true, true); ok && len(note) <= MaxNoteBytes {
 			return TypeSessionResumed, &SessionResumed{Note: note}
 		}
 	}
@@ -699,6 +704,7 @@ func (o *fastObj) compactionRequested() any {
 	c := &b.c
 	var ok [7]bool
 	c.RequestID, ok[0] = o.str("request_id", false, false)
+	ok[0] = ok[0] && len(c.RequestID) <= MaxIDBytes
 	c.SummarizerInput, ok[1] = o.rng("summarizer_input")
 	c.SummaryRange, ok[2] = o.rng("summary_range")
 	c.TailStart, _, ok[3] = o.uint("tail_start", true)

@@ -117,6 +117,10 @@ var dataMutations = []string{
 	`true`, `false`, `{}`, `[]`, `[1,2]`, `{"start":0,"end":8}`, `{"start":8,"end":0}`, `{"start":0}`,
 	`{"start":0,"end":9007199254740992}`, `{"start":0,"end":8,"start":1}`, `{"span":3,"unit":"turns"}`,
 	`{"span":3,"unit":"tokens"}`, `{"span":null,"unit":"turns"}`, ` { "start" : 1 , "end" : 2 } `,
+	// strings at and past the bounds of request_id (256 bytes) and note (4 KiB)
+	`"` + strings.Repeat("x", MaxIDBytes) + `"`, `"` + strings.Repeat("x", MaxIDBytes+1) + `"`,
+	`"` + strings.Repeat("é", MaxIDBytes/2) + `"`, `"` + strings.Repeat("x", MaxIDBytes-1) + `\u00e9"`,
+	`"` + strings.Repeat("x", MaxNoteBytes) + `"`, `"` + strings.Repeat("x", MaxNoteBytes+1) + `"`,
 }
 
 // mutateData returns variants of a valid data object: each field replaced
@@ -169,6 +173,9 @@ var attrMutations = []string{
 	"2025-01-02T15:04:05Z", "2025-01-02T15:04:05.123456789+05:30", "2025-01-02T15:04:05-00:00",
 	"2025-01-02t15:04:05z", "2025-01-02T15:04:05", "application/json", "Application/JSON; charset=utf-8",
 	"text/plain", ContentTypeCloudEventsJSON, TypeTurnAppended, TypeSessionClosed, "io.seamguard.other",
+	// at and past MaxIDBytes, counted in bytes
+	strings.Repeat("x", MaxIDBytes), strings.Repeat("x", MaxIDBytes+1), strings.Repeat("é", MaxIDBytes/2),
+	strings.Repeat("é", MaxIDBytes/2) + "x", strings.Repeat("%41", MaxIDBytes),
 }
 
 // fastSlowInputs are the deterministic inputs: the fuzz seeds, every type

@@ -75,6 +75,44 @@
 //     input size.
 //   - Event.Time keeps the offset it was sent with (UTC when zero).
 //
+// # Bounds
+//
+// No input can make seamguard keep or say much about it (CONTRACT.md
+// section 7):
+//   - id, source, every extension value (a string's bytes once decoded,
+//     or a number's or a boolean's JSON spelling), and data.request_id of
+//     compaction.requested and compaction.committed are at most MaxIDBytes
+//     (256) bytes; data.note of session.resumed at most MaxNoteBytes (4
+//     KiB). More is rejected with too_large, the field named (id, source,
+//     the extension's name such as partitionkey, data.request_id,
+//     data.note) and a message giving the size and the bound. When several
+//     are too large, the first of id, source, then the extensions in name
+//     order is named. Other attributes are bounded by their own checks
+//     (subject is a session id, type one of a few names). Extension names,
+//     and data fields such as role, stage and content, are not bounded
+//     here: the NATS message size bounds them, and no output repeats more
+//     than an excerpt of them.
+//   - Excerpt is how any output quotes an input value: at most
+//     MaxQuoteBytes (256) bytes of it, cut on a UTF-8 boundary and followed
+//     by "…[N more bytes]". Every message and field of an *Error that
+//     repeats input goes through it (or through a shorter abbreviation), so
+//     an *Error is at most a few KiB whatever the input.
+//   - EchoHeaders is what event.rejected shows of an input's NATS headers:
+//     every name and value through Excerpt, at most MaxEchoValues (4) values
+//     of a name, at most MaxEchoHeaders (32) names and MaxEchoBytes (16 KiB)
+//     in all, counted as JSON. The identifying headers come first
+//     (Nats-Msg-Id, ce-id, ce-source, ce-type, ce-subject, ce-specversion,
+//     Content-Type), then the others in byte order of their names; what is
+//     left out is counted in input.headers_omitted. So a 600 KB ce-id is
+//     rejected as too_large with its first 256 bytes echoed, enough to find
+//     the input (its stream sequence is echoed too).
+//   - Outputs list at most MaxAtRiskRanges ranges in a list that could be
+//     long (the at_risk lists of a refusal's reasons together,
+//     unrecoverable, summary_coverage) and then say so with a *_truncated
+//     flag and a *_total count of ranges and units (AtRiskTotal); the
+//     ledger does the cutting. With these, every output is under
+//     MaxOutputBytes (64 KiB) encoded.
+//
 // # Encoding
 //
 // Encoder.Encode writes an Output as one structured CloudEvent with a fixed

@@ -133,7 +133,7 @@ func requireCode(t testing.TB, err error, code Code, field string) {
 var knownCodes = map[Code]bool{
 	CodeMalformed: true, CodeMissingAttribute: true, CodeBadSpecversion: true,
 	CodeBadSessionID: true, CodeSubjectMismatch: true, CodeUnknownType: true,
-	CodeBadData: true,
+	CodeBadData: true, CodeTooLarge: true,
 }
 
 // requireRoundTrip checks that ev survives MarshalStructured and DecodeJSON.

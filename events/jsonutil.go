@@ -262,11 +262,11 @@ func parseUint(raw json.RawMessage) (uint64, string) {
 		return 0, "is " + jsonKind(raw) + ", not a number"
 	}
 	if raw[0] == '-' {
-		return 0, "is negative (" + string(raw) + ")"
+		return 0, "is negative (" + Excerpt(string(raw)) + ")"
 	}
 	for _, c := range raw {
 		if c < '0' || c > '9' {
-			return 0, "is " + string(raw) + ", not a plain integer (no fraction, no exponent)"
+			return 0, "is " + Excerpt(string(raw)) + ", not a plain integer (no fraction, no exponent)"
 		}
 	}
 	v, err := strconv.ParseUint(string(raw), 10, 64)

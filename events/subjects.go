@@ -142,15 +142,15 @@ func (s Subjects) sessionOf(natsSubject string) (string, *Error) {
 	tok, ok := strings.CutPrefix(natsSubject, p)
 	if !ok {
 		return "", Errorf(CodeBadSessionID, "subject",
-			"the event arrived on NATS subject %q, which is not an events subject; publish each event on %s<session id>", natsSubject, p)
+			"the event arrived on NATS subject %q, which is not an events subject; publish each event on %s<session id>", Excerpt(natsSubject), p)
 	}
 	if strings.Contains(tok, ".") {
 		return "", Errorf(CodeBadSessionID, "subject",
-			"the event arrived on NATS subject %q, which has more than one token after %q; a session id is a single token of letters, digits, '_' and '-'", natsSubject, p)
+			"the event arrived on NATS subject %q, which has more than one token after %q; a session id is a single token of letters, digits, '_' and '-'", Excerpt(natsSubject), p)
 	}
 	if !ValidSessionID(tok) {
 		return "", Errorf(CodeBadSessionID, "subject",
-			"the NATS subject token %q is not a valid session id; use 1 to 128 of the characters A-Z, a-z, 0-9, '_' and '-'", tok)
+			"the NATS subject token %q is not a valid session id; use 1 to 128 of the characters A-Z, a-z, 0-9, '_' and '-'", Excerpt(tok))
 	}
 	return tok, nil
 }

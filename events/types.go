@@ -161,6 +161,9 @@ type Meta struct {
 	Subject string              `json:"subject"`
 	Seq     uint64              `json:"stream_seq"`
 	Headers map[string][]string `json:"headers"`
+	// HeadersOmitted counts the header values an event.rejected left out
+	// of Headers to stay small (see EchoHeaders); 0 everywhere else.
+	HeadersOmitted int `json:"headers_omitted,omitempty"`
 }
 
 // Cause identifies the input an output answers. Output ids are derived from it.
@@ -232,7 +235,8 @@ type Reason struct {
 	AtRiskTotal     *AtRiskTotal `json:"at_risk_total,omitempty"`
 }
 
-// AtRiskTotal counts every at-risk range of a reason whose list was cut.
+// AtRiskTotal counts every range of a list that an output cut short: a
+// reason's at_risk, a halt's unrecoverable, an allowed's summary_coverage.
 type AtRiskTotal struct {
 	Ranges uint64 `json:"ranges"`
 	Units  uint64 `json:"units"`
@@ -252,6 +256,10 @@ type CompactionAllowed struct {
 	TailStart       uint64        `json:"tail_start"`
 	RecoveredBy     []SpillHandle `json:"recovered_by"`
 	Cured           []ReasonCode  `json:"cured"`
+	// SummaryCoverageTruncated is true when SummaryCoverage lists only its
+	// first MaxAtRiskRanges ranges; SummaryCoverageTotal then counts them all.
+	SummaryCoverageTruncated bool         `json:"summary_coverage_truncated,omitempty"`
+	SummaryCoverageTotal     *AtRiskTotal `json:"summary_coverage_total,omitempty"`
 }
 
 // CompactionRefused is the data of io.seamguard.compaction.refused.
@@ -267,6 +275,10 @@ type SessionHalted struct {
 	RequestID     string  `json:"request_id"`
 	Unrecoverable []Range `json:"unrecoverable"`
 	Message       string  `json:"message"`
+	// UnrecoverableTruncated is true when Unrecoverable lists only its
+	// first MaxAtRiskRanges ranges; UnrecoverableTotal then counts them all.
+	UnrecoverableTruncated bool         `json:"unrecoverable_truncated,omitempty"`
+	UnrecoverableTotal     *AtRiskTotal `json:"unrecoverable_total,omitempty"`
 }
 
 // EventRejected is the data of io.seamguard.event.rejected.

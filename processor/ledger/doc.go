@@ -34,9 +34,99 @@
 //     it is never applied twice;
 //   - a ledger belongs to the session of its first accepted event; a
 //     rejected event, even the first, leaves the ledger byte-for-byte as it
-//     was; a session closed while halted keeps its halt ranges;
-//   - recovered_by names the newest spill: every spill holds every received
-//     offset of [0, head) at its time, so the newest holds all that any holds.
+//     was, but for the halt that a rejection at a state limit brings (see
+//     Limits); a session closed while halted keeps its halt ranges;
+//   - recovered_by names the newest spill: with the chain of spills before
+//     it, it holds every received offset of [0, head) at its time, so it
+//     holds all that any spill holds.
+//
+// # Incremental spills
+//
+// Rule 4 asks (SpillRequest) only for what no earlier spill of the session
+// holds: the accepted events from the previous spill's last_seq + 1 (the
+// session's first event for the first spill) to the request, Events of
+// them, with Previous naming the spill before (empty for the first) and
+// Range = [0, head), what the chain makes recoverable. The ledger records
+// the handle with previous set from its own chain (null for the first),
+// whatever the writer filled in, and the transcript.spilled and
+// compaction.refused outputs carry it. A spill whose handle is larger than
+// MaxBytes, or whose result says OverQuota, is not recorded.
+//
+// # Limits (CONTRACT.md section 7)
+//
+// Config.Limits bounds what one session's ledger holds; the zero value of
+// each field is its default, and Validate reports every problem at once:
+//   - MaxRanges (default 100,000): ranges in any one set: received,
+//     truncated, committed and every request's summary coverage, waived,
+//     and a halt's unrecoverable ranges. spilled needs no check of its own:
+//     it is always part of received.
+//   - MaxRequests (default and least 256): request ids remembered. Past
+//     it, the least recently used one is forgotten (used: requested, or
+//     committed; every use is stamped with a counter kept in the snapshot,
+//     so forgetting is deterministic and survives a restart).
+//   - MaxSnapshotBytes (default 512 KiB, half NATS's default max payload,
+//     at least 4 KiB): the snapshot; the runtime passes the smaller of its
+//     configuration and the bucket's value limit. 64 bytes of it are kept
+//     free for the halt a state limit adds, so a halted session's snapshot
+//     stays within the limit.
+//   - SpillQuota (default 1 GiB): the bytes of all the spills of a session,
+//     the sum of their handles' sizes.
+//
+// An event that would take a set past MaxRanges, or the snapshot past its
+// limit (and make it larger), is rejected with state_limit, its field
+// naming what it would exceed (ledger.received, ledger.truncated,
+// ledger.coverage for a request's summary coverage, ledger.committed,
+// ledger.waived for a resume, ledger.halt for a rule-5 halt with too many
+// ranges, ledger.snapshot) and its message the limit and its value. In the
+// same Step the session is halted: session.halted with an empty request_id
+// and as unrecoverable the offsets the event concerned: a turn's range (it
+// may lie beyond head: those offsets were never recorded; resuming waives
+// them), a truncation's range, or [0, head) for any other event. A halt
+// already in force gains those offsets; it names their hull instead when
+// the snapshot has no room for one range more. Any halt whose ranges would
+// exceed MaxRanges names the whole transcript [0, end) instead, and says
+// so. A rejected event changes nothing but the halt. On a session never
+// opened there is nothing to halt: the rejection comes alone. A halt at a
+// limit is lifted like any other, by session.resumed; one whose waiver
+// would take waived past MaxRanges cannot be (start a new session).
+//
+// The snapshot size is not computed on every Step: the ledger keeps the
+// size it last measured plus a bound on what each Step since may have
+// added, computed from the ledger and the event before it is applied.
+// While that estimate is within the limit the Step runs as usual; near the
+// limit it runs on a copy whose snapshot is measured, which replaces the
+// ledger when it fits. A session pays for encoding only near its limit.
+//
+// A request that needs a spill when the session has spilled SpillQuota
+// bytes already is rule 5: halted, the message naming the quota. So is a
+// spill result over what was left of it. A spill result that the snapshot
+// has no room to record halts the session too, naming [0, head).
+//
+// Forgotten request ids: the ledger keeps the hashes (64-bit FNV-1a) of the
+// last 1,024 request ids it forgot that rules 2 to 5 had decided, and a
+// count of all it ever forgot. A commit naming one of them is a violation
+// saying seamguard no longer remembers the request. A commit naming an id
+// it does not know, once more ids were forgotten than it keeps hashes of,
+// is a violation saying it either never decided the request or forgot it;
+// otherwise it is the violation for a compaction never decided, which
+// changes nothing. The first two leave no summary coverage committed (K is
+// emptied): the agent's context changed in a way seamguard cannot know, so
+// it credits no prior summary from then on (fail closed). A forgotten
+// request that comes again is evaluated again.
+//
+// # Bounded outputs
+//
+// No input makes an output over events.MaxOutputBytes (64 KiB): every
+// message and output field that echoes input quotes at most 256 bytes of
+// it (events.Excerpt), messages spell out at most 8 ranges, event.rejected
+// echoes the input's headers through events.EchoHeaders, and long range
+// lists are cut: the reasons of one refusal list at most 1,000 at-risk
+// ranges together (a reason with few ranges lists them all, the others
+// share the rest evenly), session.halted lists at most 1,000 unrecoverable
+// ranges, compaction.allowed at most 1,000 summary_coverage ranges. A list
+// cut short is followed by its *_truncated flag and *_total count (ranges
+// and units); the ledger keeps the full sets, and inspect and replay
+// derive them.
 //
 // seamguard refuses every compaction the seed's reference check refuses,
 // except where that check's floor start (tail_start - span) is negative or

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -42,8 +44,11 @@ func FuzzStep(f *testing.F) {
 }
 
 // FuzzSnapshot feeds arbitrary bytes to UnmarshalBinary: it must never panic;
-// what it accepts must re-encode to bytes that decode to the same ledger and
-// encode identically again, and Step must not panic on it.
+// what it accepts (version 1 or the current one) must re-encode to bytes
+// that decode to the same ledger and encode identically again, and Step
+// must not panic on it. The seeds hold spill chains, forgotten request ids
+// and pending refusals with cut lists (orcSession's limits), and the
+// version-1 fixtures.
 func FuzzSnapshot(f *testing.F) {
 	var zero Ledger
 	b, _ := zero.MarshalBinary()
@@ -51,6 +56,50 @@ func FuzzSnapshot(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	f.Add([]byte{2, 0, 0})
+	// Version-1 snapshots, which load as the current version.
+	v1, _ := filepath.Glob(filepath.Join("testdata", "snapshot-v1", "*.snap"))
+	for _, name := range v1 {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	// A spill chain, forgotten request ids and a pending refusal with its
+	// lists cut short.
+	{
+		s := &orcBuilder{session: "chain"}
+		s.open(events.UnitTurns, events.UnitTurns, 2)
+		s.turns(0, 10)
+		s.truncate(0, 2)
+		s.request("a", Range{Start: 2, End: 10}, Range{Start: 2, End: 8}, 8, false)
+		s.request("b", Range{Start: 0, End: 10}, Range{Start: 0, End: 8}, 8, false)
+		s.turns(10, 14)
+		s.truncate(4, 5)
+		s.truncate(12, 13)
+		s.request("c", Range{Start: 5, End: 14}, Range{Start: 5, End: 12}, 12, false)
+		cfg := Config{Limits: Limits{MaxRequests: 1, listed: 1}}
+		var l Ledger
+		for _, it := range s.items {
+			res, err := Step(&l, Input{Event: it.ev}, cfg)
+			if err != nil {
+				f.Fatal(err)
+			}
+			if res.Spill != nil {
+				snap, _ := l.MarshalBinary()
+				f.Add(snap)
+				if _, err := Step(&l, Input{Spill: &SpillResult{Handle: events.SpillHandle{Name: res.Spill.Name, Range: res.Spill.Range,
+					Size: 10, Events: res.Spill.Events, FirstSeq: res.Spill.FirstSeq, LastSeq: res.Spill.LastSeq}}}, cfg); err != nil {
+					f.Fatal(err)
+				}
+			}
+		}
+		if l.spills < 2 || l.forgottenAll == 0 {
+			f.Fatalf("the chain seed has %d spills and %d forgotten ids", l.spills, l.forgottenAll)
+		}
+		snap, _ := l.MarshalBinary()
+		f.Add(snap)
+	}
 	// Snapshots from a few generated sessions, including pending spills,
 	// halts, waivers and closed sessions.
 	for i := range 6 {
@@ -66,7 +115,8 @@ func FuzzSnapshot(f *testing.F) {
 					snap, _ := l.MarshalBinary()
 					f.Add(snap)
 				}
-				if _, err := Step(&l, Input{Spill: &SpillResult{Handle: events.SpillHandle{Name: res.Spill.Name, Range: res.Spill.Range}, Failure: it.spillFail}}, opts.cfg); err != nil {
+				if _, err := Step(&l, Input{Spill: &SpillResult{Handle: events.SpillHandle{Name: res.Spill.Name, Range: res.Spill.Range,
+					Size: 100 * res.Spill.Events, LastSeq: res.Spill.LastSeq}, Failure: it.spillFail, OverQuota: it.overQuota}}, opts.cfg); err != nil {
 					f.Fatal(err)
 				}
 			}

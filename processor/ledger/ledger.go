@@ -30,17 +30,23 @@ const (
 	PolicyHalt
 )
 
-// Config holds the decision settings. The zero value spills.
+// Config holds the decision settings. The zero value spills, with the
+// default limits.
 type Config struct {
 	Policy Policy
+	Limits Limits
 }
 
-// Validate reports a Config that cannot be used.
+// Validate reports every problem of a Config that cannot be used, at once.
 func (c Config) Validate() error {
+	var errs []error
 	if c.Policy > PolicyHalt {
-		return fmt.Errorf("ledger: unknown policy %d", c.Policy)
+		errs = append(errs, fmt.Errorf("ledger: unknown policy %d", c.Policy))
 	}
-	return nil
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 type status uint8
@@ -92,6 +98,10 @@ const maxEvalIDs = 16
 // maxResumeIDs bounds how many session.resumed ids a ledger remembers.
 const maxResumeIDs = 64
 
+// maxForgotten bounds how many hashes of forgotten request ids a ledger
+// keeps, to tell a commit of a forgotten request from one never decided.
+const maxForgotten = 1024
+
 // request is what the ledger remembers of one request_id.
 type request struct {
 	evaluated bool     // some evaluation under rules 2 to 5 happened
@@ -99,14 +109,15 @@ type request struct {
 	coverage  RangeSet // C of the latest such evaluation
 	ids       []uint64 // hashes of the event ids that asked for it
 	commits   []uint64 // hashes of the event ids that committed it
+	used      uint64   // when it was last requested or committed (Ledger.tick)
 }
 
 // pending is a compaction waiting for its spill (rule 4).
 type pending struct {
 	cause     events.Cause
 	requestID string
-	reasons   []events.Reason
-	atRisk    RangeSet
+	reasons   []events.Reason // as the refusal will list them: cut short
+	atRisk    RangeSet        // all of them
 }
 
 // Ledger is the coverage ledger of one session. Its zero value is a session
@@ -130,14 +141,30 @@ type Ledger struct {
 	waived    RangeSet // W
 
 	spills    uint32              // spills written
-	lastSpill *events.SpillHandle // the newest spill; it holds every spilled offset
-	halt      *RangeSet           // unrecoverable ranges while halted
-	haltReq   string              // request that halted the session
-	requests  map[string]*request // by request_id
-	pending   *pending            // the compaction waiting for its spill
-	resumes   []uint64            // hashes of the session.resumed ids applied
-	recent    [recentIDs]uint64   // hashes of the last accepted event ids
-	recentPos uint8
+	lastSpill *events.SpillHandle // the newest spill; its chain holds every spilled offset
+	// spillAccepted counts the accepted events the chain of spills holds
+	// (those up to the newest spill's last_seq); spillBytes is the sum of
+	// the spills' sizes, what the quota is held against.
+	spillAccepted uint64
+	spillBytes    uint64
+	halt          *RangeSet           // unrecoverable ranges while halted
+	haltReq       string              // request that halted the session; "" for a state limit
+	requests      map[string]*request // by request_id
+	tick          uint64              // the last request.used given out
+	// forgotten holds the hashes (reqHash) of the evaluated request ids
+	// forgotten most recently, oldest first; forgottenAll counts every one
+	// ever forgotten.
+	forgotten    []uint64
+	forgottenAll uint64
+	pending      *pending          // the compaction waiting for its spill
+	resumes      []uint64          // hashes of the session.resumed ids applied
+	recent       [recentIDs]uint64 // hashes of the last accepted event ids
+	recentPos    uint8
+
+	// The snapshot size estimate (see fits); not part of the snapshot.
+	sized bool
+	size  int // bytes when last measured
+	slack int // bound on what was added since
 }
 
 // Input is one thing Step consumes: an input event, or the result of the spill
@@ -152,11 +179,17 @@ type Input struct {
 type SpillResult struct {
 	Handle  events.SpillHandle
 	Failure string
+	// OverQuota, with Failure, says the spill was not written because it
+	// would hold more than the request's MaxBytes: the session's spill
+	// quota is used up (rule 5).
+	OverQuota bool
 }
 
-// SpillRequest asks the runtime to write the session's transcript losslessly:
-// every accepted event from FirstSeq to LastSeq (Events of them), which hold
-// every received offset of Range. The result must be the next Step's input.
+// SpillRequest asks the runtime to write the session's transcript losslessly,
+// incrementally: the accepted events from FirstSeq to LastSeq (Events of
+// them), the ones no earlier spill of the session holds. With the chain of
+// spills before it (Previous, its Previous, ...) it holds every received
+// offset of Range. The result must be the next Step's input.
 type SpillRequest struct {
 	Cause    events.Cause // the compaction request the spill is for
 	Session  string
@@ -173,7 +206,8 @@ type SpillRequest struct {
 	Previous string
 	// MaxBytes is the most this object may hold (what is left of the
 	// session's spill quota); 0 means no limit. A writer that would exceed
-	// it fails the spill, which halts the session (rule 5).
+	// it fails the spill with SpillResult.OverQuota, which halts the
+	// session (rule 5); so does a handle larger than MaxBytes.
 	MaxBytes uint64
 }
 
@@ -213,48 +247,82 @@ func (l *Ledger) Pending() bool { return l.pending != nil }
 // always give the same result. An error means the caller broke the protocol
 // (see the Err variables); the ledger is then unchanged.
 func Step(l *Ledger, in Input, cfg Config) (Result, error) {
+	lim := cfg.Limits.orDefaults()
 	switch {
 	case in.Spill != nil && in.Event == nil:
 		if l.pending == nil {
 			return Result{}, ErrNoSpillPending
 		}
-		return l.spillDone(in.Spill), nil
+		return l.stepSpill(in.Spill, lim), nil
 	case in.Event != nil && in.Spill == nil:
 		if l.pending != nil {
 			return Result{}, ErrSpillPending
 		}
 		ev := in.Event
 		if l.session != "" && ev.Subject != l.session {
-			return Result{}, fmt.Errorf("%w: ledger of %q, event for %q", ErrWrongSession, l.session, ev.Subject)
+			return Result{}, fmt.Errorf("%w: ledger of %q, event for %q", ErrWrongSession, events.Excerpt(l.session), events.Excerpt(ev.Subject))
 		}
-		return l.step(ev, cfg), nil
+		return l.step(ev, cfg, lim), nil
 	}
 	return Result{}, ErrEmptyInput
 }
 
-func (l *Ledger) step(ev *events.Event, cfg Config) Result {
+func (l *Ledger) step(ev *events.Event, cfg Config, lim Limits) Result {
 	h := idHash(ev.Source, ev.ID)
 	if l.seen(h) {
 		return Result{Duplicate: true}
 	}
+	limit := lim.MaxSnapshotBytes - haltReserve
+	growth := l.growth(ev)
+	// A request that will be decided is evaluated first: what it may add
+	// follows from its evaluation, which the decision then uses.
+	var pre *prejudged
+	if b, ok := ev.Body.(*events.CompactionRequested); ok && l.evaluates(b, h) {
+		pre = l.prejudge(b)
+		growth += l.requestGrowth(b, ev, pre, lim)
+	}
+	res, ok, size := l.fits(limit, growth, func(x *Ledger) Result { return x.apply(ev, h, cfg, lim, pre) })
+	if !ok {
+		return l.limitHit(ev, "ledger.snapshot", fmt.Sprintf(
+			"applying this event would take the session's state to %d bytes, past its limit of %d bytes (%d less than MaxSnapshotBytes, kept for a halt)",
+			size, limit, haltReserve), l.concerned(ev), lim)
+	}
+	return res
+}
+
+func (l *Ledger) stepSpill(r *SpillResult, lim Limits) Result {
+	limit := lim.MaxSnapshotBytes - haltReserve
+	res, ok, size := l.fits(limit, l.spillGrowth(r), func(x *Ledger) Result { return x.spillDone(r, lim) })
+	if ok {
+		return res
+	}
+	p := l.pending
+	l.pending = nil
+	return Result{Outputs: []events.Output{l.halted(p.cause, p.requestID, NewRangeSet(Range{Start: 0, End: l.head}), fmt.Sprintf(
+		"recording the spill would take the session's state to %d bytes, past its limit of %d bytes", size, limit), lim)}}
+}
+
+// apply applies an event that is not a duplicate. pre, when not nil, is a
+// compaction request prejudged against the ledger as it stands.
+func (l *Ledger) apply(ev *events.Event, h uint64, cfg Config, lim Limits, pre *prejudged) Result {
 	var res Result
 	switch b := ev.Body.(type) {
 	case *events.SessionOpened:
 		res = l.open(ev, b)
 	case *events.TurnAppended:
-		res = l.turn(ev, b)
+		res = l.turn(ev, b, lim)
 	case *events.ContextTruncated:
-		res = l.truncate(ev, b)
+		res = l.truncate(ev, b, lim)
 	case *events.CompactionRequested:
-		res = l.request(ev, b, h, cfg)
+		res = l.request(ev, b, h, cfg, lim, pre)
 	case *events.CompactionCommitted:
-		res = l.commit(ev, b, h)
+		res = l.commit(ev, b, h, lim)
 	case *events.SessionResumed:
-		res = l.resume(ev, b, h)
+		res = l.resume(ev, b, h, lim)
 	case *events.SessionClosed:
 		res = l.close(ev)
 	default:
-		res = reject(ev, events.Errorf(events.CodeUnknownType, "type", "type %q has no data seamguard can apply; use one of the io.seamguard input types", ev.Type))
+		res = reject(ev, events.Errorf(events.CodeUnknownType, "type", "type %q has no data seamguard can apply; use one of the io.seamguard input types", events.Excerpt(ev.Type)))
 	}
 	if res.Accepted {
 		if l.session == "" {
@@ -298,6 +366,9 @@ func idHash(source, id string) uint64 {
 	return x
 }
 
+// reqHash names a forgotten request id: idHash with a source no event has.
+func reqHash(requestID string) uint64 { return idHash("\x00request", requestID) }
+
 func accepted(outs ...events.Output) Result { return Result{Outputs: outs, Accepted: true} }
 
 func reject(ev *events.Event, e *events.Error) Result {
@@ -305,17 +376,17 @@ func reject(ev *events.Event, e *events.Error) Result {
 }
 
 // Rejection builds the event.rejected output for an input that failed, in
-// decoding or in the ledger. session may be empty when it is unknown.
+// decoding or in the ledger. session may be empty when it is unknown. The
+// input it echoes is bounded: the NATS subject through events.Excerpt, the
+// headers through events.EchoHeaders, the field through events.Excerpt.
 func Rejection(c events.Cause, session string, e *events.Error) events.Output {
-	meta := c.Meta
-	if meta.Headers == nil {
-		meta.Headers = map[string][]string{}
-	}
+	in := events.Meta{Subject: events.Excerpt(c.Meta.Subject), Seq: c.Meta.Seq}
+	in.Headers, in.HeadersOmitted = events.EchoHeaders(c.Meta.Headers)
 	return events.Output{
 		Type:    events.TypeEventRejected,
 		Session: session,
 		Cause:   c,
-		Data:    &events.EventRejected{Code: e.Code, Field: e.Field, Message: e.Message, Input: meta},
+		Data:    &events.EventRejected{Code: e.Code, Field: events.Excerpt(e.Field), Message: e.Message, Input: in},
 	}
 }
 
@@ -323,19 +394,19 @@ func Rejection(c events.Cause, session string, e *events.Error) events.Output {
 func (l *Ledger) lifecycle(ev *events.Event) *events.Error {
 	switch l.status {
 	case statusNew:
-		return events.Errorf(events.CodeUnknownSession, "subject", "session %q has not been opened; publish io.seamguard.session.opened first", ev.Subject)
+		return events.Errorf(events.CodeUnknownSession, "subject", "session %q has not been opened; publish io.seamguard.session.opened first", events.Excerpt(ev.Subject))
 	case statusClosed:
-		return events.Errorf(events.CodeSessionClosed, "subject", "session %q is closed; start a new session id for new work", ev.Subject)
+		return events.Errorf(events.CodeSessionClosed, "subject", "session %q is closed; start a new session id for new work", events.Excerpt(ev.Subject))
 	}
 	return nil
 }
 
 func (l *Ledger) open(ev *events.Event, b *events.SessionOpened) Result {
 	if !b.Unit.Valid() {
-		return reject(ev, events.Errorf(events.CodeBadData, "data.unit", "unit %q is not one of turns, tokens, messages", b.Unit))
+		return reject(ev, events.Errorf(events.CodeBadData, "data.unit", "unit %q is not one of turns, tokens, messages", events.Excerpt(string(b.Unit))))
 	}
 	if !b.RecoveryFloor.Unit.Valid() {
-		return reject(ev, events.Errorf(events.CodeBadData, "data.recovery_floor.unit", "unit %q is not one of turns, tokens, messages", b.RecoveryFloor.Unit))
+		return reject(ev, events.Errorf(events.CodeBadData, "data.recovery_floor.unit", "unit %q is not one of turns, tokens, messages", events.Excerpt(string(b.RecoveryFloor.Unit))))
 	}
 	if b.RecoveryFloor.Span > events.MaxOffset {
 		return reject(ev, events.Errorf(events.CodeBadData, "data.recovery_floor.span", "span %d is above the maximum %d", b.RecoveryFloor.Span, events.MaxOffset))
@@ -349,7 +420,7 @@ func (l *Ledger) open(ev *events.Event, b *events.SessionOpened) Result {
 		}
 		return reject(ev, events.Errorf(events.CodeAlreadyOpen, "data",
 			"session %q is already open with unit %s and a recovery floor of %d %s; a session keeps its configuration, use a new session id for another",
-			l.session, l.unit.unit(), l.span, l.floorUnit.unit()))
+			events.Excerpt(l.session), l.unit.unit(), l.span, l.floorUnit.unit()))
 	}
 	l.status = statusOpen
 	l.unit = codeOf(b.Unit)
@@ -359,7 +430,12 @@ func (l *Ledger) open(ev *events.Event, b *events.SessionOpened) Result {
 	return accepted()
 }
 
-func (l *Ledger) turn(ev *events.Event, b *events.TurnAppended) Result {
+// tooMany is the state_limit of a range set that would hold n ranges.
+func tooMany(set, what string, n int, lim Limits) string {
+	return fmt.Sprintf("%s would give the ledger's %s set %d ranges, more than its limit of %d (MaxRanges)", what, set, n, lim.MaxRanges)
+}
+
+func (l *Ledger) turn(ev *events.Event, b *events.TurnAppended, lim Limits) Result {
 	if e := l.lifecycle(ev); e != nil {
 		return reject(ev, e)
 	}
@@ -376,12 +452,15 @@ func (l *Ledger) turn(ev *events.Event, b *events.TurnAppended) Result {
 			"turn [%d, %d) overlaps offsets %s already received (head is %d); a turn may only fill a gap, send the next turn at offset %d",
 			r.Start, r.End, FormatRanges(clash.Ranges()), l.head, l.head))
 	}
+	if n := l.received.LenAfterAdd(r); n > lim.MaxRanges {
+		return l.limitHit(ev, "ledger.received", tooMany("received", fmt.Sprintf("the turn [%d, %d), leaving gaps,", r.Start, r.End), n, lim), NewRangeSet(r), lim)
+	}
 	l.received.Add(r)
 	l.head = max(l.head, r.End)
 	return accepted()
 }
 
-func (l *Ledger) truncate(ev *events.Event, b *events.ContextTruncated) Result {
+func (l *Ledger) truncate(ev *events.Event, b *events.ContextTruncated, lim Limits) Result {
 	if e := l.lifecycle(ev); e != nil {
 		return reject(ev, e)
 	}
@@ -393,11 +472,14 @@ func (l *Ledger) truncate(ev *events.Event, b *events.ContextTruncated) Result {
 		return reject(ev, events.Errorf(events.CodeRangeOutOfBounds, "data.range",
 			"truncated range [%d, %d) reaches beyond head %d; only received offsets can be truncated", r.Start, r.End, l.head))
 	}
+	if n := l.truncated.LenAfterAdd(r); n > lim.MaxRanges {
+		return l.limitHit(ev, "ledger.truncated", tooMany("truncated", fmt.Sprintf("the truncation [%d, %d)", r.Start, r.End), n, lim), NewRangeSet(r), lim)
+	}
 	l.truncated.Add(r)
 	return accepted()
 }
 
-func (l *Ledger) resume(ev *events.Event, b *events.SessionResumed, h uint64) Result {
+func (l *Ledger) resume(ev *events.Event, b *events.SessionResumed, h uint64, lim Limits) Result {
 	if e := l.lifecycle(ev); e != nil {
 		return reject(ev, e)
 	}
@@ -408,6 +490,11 @@ func (l *Ledger) resume(ev *events.Event, b *events.SessionResumed, h uint64) Re
 	// a stale copy must never lift a later halt.
 	if slices.Contains(l.resumes, h) {
 		return Result{Duplicate: true}
+	}
+	if l.status == statusHalted && l.halt != nil {
+		if w := Union(l.waived, *l.halt); w.Len() > lim.MaxRanges {
+			return l.limitHit(ev, "ledger.waived", tooMany("waived", "waiving the unrecoverable offsets", w.Len(), lim), *l.halt, lim)
+		}
 	}
 	l.resumes = appendBounded(l.resumes, h, maxResumeIDs)
 	if l.status == statusHalted {
@@ -429,31 +516,61 @@ func (l *Ledger) close(ev *events.Event) Result {
 	return accepted()
 }
 
-func (l *Ledger) commit(ev *events.Event, b *events.CompactionCommitted, h uint64) Result {
+// wasForgotten says whether requestID is among the forgotten ids the ledger
+// still holds hashes of (known), and whether some forgotten ids are not
+// held any more (so an id not found may have been forgotten too).
+func (l *Ledger) wasForgotten(requestID string) (known, unsure bool) {
+	return slices.Contains(l.forgotten, reqHash(requestID)), l.forgottenAll > uint64(len(l.forgotten))
+}
+
+func (l *Ledger) commit(ev *events.Event, b *events.CompactionCommitted, h uint64, lim Limits) Result {
 	if e := l.lifecycle(ev); e != nil {
 		return reject(ev, e)
 	}
 	if b.RequestID == "" {
 		return reject(ev, events.Errorf(events.CodeBadData, "data.request_id", "request_id is required: name the compaction that was applied"))
 	}
+	id := events.Excerpt(b.RequestID)
 	rec := l.requests[b.RequestID]
+	if rec == nil {
+		known, unsure := l.wasForgotten(b.RequestID)
+		switch {
+		case known:
+			// The agent's context changed in a way seamguard cannot know:
+			// it credits no prior summary from now on (fail closed).
+			l.committed = RangeSet{}
+			return accepted(violation(ev, b.RequestID, fmt.Sprintf(
+				"compaction %q was committed but seamguard no longer remembers that request: it keeps only the %d most recently used request ids. It cannot tell what the summary now covers, so it credits no prior summary from now on. Commit a compaction soon after its verdict",
+				id, lim.MaxRequests)))
+		case unsure:
+			l.committed = RangeSet{}
+			return accepted(violation(ev, b.RequestID, fmt.Sprintf(
+				"compaction %q was committed but seamguard has no record of it: either it never decided it, or it decided it long ago and no longer remembers the request (it keeps the %d most recently used request ids). It cannot tell what the summary now covers, so it credits no prior summary from now on. Wait for a compaction's verdict and commit it soon after",
+				id, lim.MaxRequests)))
+		}
+	}
 	if rec == nil || !rec.evaluated {
 		return accepted(violation(ev, b.RequestID, fmt.Sprintf(
 			"compaction %q was committed but seamguard never decided it; nothing changed. Publish io.seamguard.compaction.requested and wait for its verdict before committing",
-			b.RequestID)))
+			id)))
 	}
 	// A late copy of an old commit must not put back an older coverage.
 	if slices.Contains(rec.commits, h) {
 		return Result{Duplicate: true}
 	}
+	if n := rec.coverage.Len(); n > lim.MaxRanges {
+		return l.limitHit(ev, "ledger.committed", tooMany("committed", fmt.Sprintf("committing compaction %q", id), n, lim), NewRangeSet(Range{Start: 0, End: l.head}), lim)
+	}
 	rec.commits = appendBounded(rec.commits, h, maxEvalIDs)
+	l.tick++
+	rec.used = l.tick
 	l.committed = rec.coverage.Clone()
 	if rec.allowed {
 		return accepted()
 	}
 	return accepted(violation(ev, b.RequestID, fmt.Sprintf(
 		"compaction %q was committed although its latest verdict refused it; the summary coverage is now %s and offsets outside it and the tail may be lost. Re-read the spilled transcript or stop the agent",
-		b.RequestID, FormatRanges(rec.coverage.Ranges()))))
+		id, FormatRanges(rec.coverage.Ranges()))))
 }
 
 // appendBounded appends x to ids, dropping the oldest beyond limit.
@@ -469,99 +586,155 @@ func violation(ev *events.Event, requestID, msg string) events.Output {
 		Type:    events.TypeCompactionViolation,
 		Session: ev.Subject,
 		Cause:   events.CauseOf(ev),
-		Data:    &events.CompactionViolation{RequestID: requestID, Message: msg},
+		Data:    &events.CompactionViolation{RequestID: events.Excerpt(requestID), Message: msg},
 	}
 }
 
-func refused(c events.Cause, session, requestID string, reasons []events.Reason, spill *events.SpillHandle, next string) events.Output {
+func refused(c events.Cause, session, requestID string, reasons []events.Reason, spill *events.SpillHandle, next string, lim Limits) events.Output {
 	return events.Output{
 		Type:    events.TypeCompactionRefused,
 		Session: session,
 		Cause:   c,
-		Data:    &events.CompactionRefused{RequestID: requestID, Reasons: reasons, Spill: spill, Next: next},
+		Data:    &events.CompactionRefused{RequestID: events.Excerpt(requestID), Reasons: cutReasons(reasons, lim.listed), Spill: spill, Next: next},
 	}
 }
 
-func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint64, cfg Config) Result {
+// touch returns the record of requestID, made if need be, marked as used
+// now and as asked for by the event whose id hashes to h. Making one beyond
+// MaxRequests forgets the least recently used (the lowest used stamp).
+func (l *Ledger) touch(requestID string, h uint64, lim Limits) *request {
+	rec := l.requests[requestID]
+	if rec == nil {
+		for len(l.requests) >= lim.MaxRequests {
+			l.forgetOldest()
+		}
+		rec = &request{}
+		if l.requests == nil {
+			l.requests = make(map[string]*request)
+		}
+		l.requests[requestID] = rec
+	}
+	rec.ids = appendBounded(rec.ids, h, maxEvalIDs)
+	l.tick++
+	rec.used = l.tick
+	return rec
+}
+
+func (l *Ledger) forgetOldest() {
+	var oldest string
+	var at uint64
+	first := true
+	for id, r := range l.requests {
+		if first || r.used < at || r.used == at && id < oldest {
+			oldest, at, first = id, r.used, false
+		}
+	}
+	if l.requests[oldest].evaluated {
+		l.forgotten = appendBounded(l.forgotten, reqHash(oldest), maxForgotten)
+		l.forgottenAll++
+	}
+	delete(l.requests, oldest)
+}
+
+func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint64, cfg Config, lim Limits, pre *prejudged) Result {
 	c := events.CauseOf(ev)
+	session := events.Excerpt(ev.Subject)
 	// Rule 1: unknown or closed sessions. The event is no part of a transcript.
 	switch l.status {
 	case statusNew:
 		return Result{Outputs: []events.Output{refused(c, ev.Subject, b.RequestID, []events.Reason{{
 			Code: events.ReasonUnknownSession, AtRisk: []Range{},
-			Message: fmt.Sprintf("session %q has not been opened; publish io.seamguard.session.opened and its turns first", ev.Subject),
-		}}, nil, events.NextNone)}}
+			Message: fmt.Sprintf("session %q has not been opened; publish io.seamguard.session.opened and its turns first", session),
+		}}, nil, events.NextNone, lim)}}
 	case statusClosed:
 		return Result{Outputs: []events.Output{refused(c, ev.Subject, b.RequestID, []events.Reason{{
 			Code: events.ReasonSessionClosed, AtRisk: []Range{},
-			Message: fmt.Sprintf("session %q is closed; nothing can be compacted in it", ev.Subject),
-		}}, nil, events.NextNone)}}
+			Message: fmt.Sprintf("session %q is closed; nothing can be compacted in it", session),
+		}}, nil, events.NextNone, lim)}}
 	}
-	rec := l.requests[b.RequestID]
-	if rec != nil && slices.Contains(rec.ids, h) {
+	if rec := l.requests[b.RequestID]; rec != nil && slices.Contains(rec.ids, h) {
 		return Result{Duplicate: true}
 	}
-	if rec == nil {
-		rec = &request{}
-		if l.requests == nil {
-			l.requests = make(map[string]*request)
-		}
-		l.requests[b.RequestID] = rec
-	}
-	rec.ids = appendBounded(rec.ids, h, maxEvalIDs)
 
 	// Rule 1: invalid requests and halted sessions.
 	if msg := l.invalid(b); msg != "" {
+		l.touch(b.RequestID, h, lim)
 		return accepted(refused(c, ev.Subject, b.RequestID, []events.Reason{{
 			Code: events.ReasonInvalidRequest, AtRisk: []Range{}, Message: msg,
-		}}, nil, events.NextNone))
+		}}, nil, events.NextNone, lim))
 	}
 	if l.status == statusHalted {
+		l.touch(b.RequestID, h, lim)
 		var lost []Range
 		if l.halt != nil {
 			lost = l.halt.Ranges()
 		}
+		msg := fmt.Sprintf("session %q is halted since compaction %q: offsets %s cannot be recovered; an operator must publish io.seamguard.session.resumed to accept them as lost",
+			session, events.Excerpt(l.haltReq), FormatRanges(lost))
+		if l.haltReq == "" {
+			msg = fmt.Sprintf("session %q is halted since its ledger reached a limit: offsets %s cannot be vouched for; an operator must publish io.seamguard.session.resumed to accept them as lost",
+				session, FormatRanges(lost))
+		}
 		return accepted(refused(c, ev.Subject, b.RequestID, []events.Reason{{
-			Code: events.ReasonSessionHalted, AtRisk: nonNil(lost),
-			Message: fmt.Sprintf("session %q is halted since compaction %q: offsets %s cannot be recovered; an operator must publish io.seamguard.session.resumed to accept them as lost",
-				ev.Subject, l.haltReq, FormatRanges(lost)),
-		}}, nil, events.NextNone))
+			Code: events.ReasonSessionHalted, AtRisk: nonNil(lost), Message: msg,
+		}}, nil, events.NextNone, lim))
 	}
 
-	ev2 := l.Evaluate(b)
-	rec.evaluated = true
-	rec.coverage = ev2.Coverage
-	rec.allowed = false
+	// The checks change nothing; the limits are checked before the ledger
+	// is, so that an event over a limit leaves it as it was.
+	if pre == nil {
+		pre = l.prejudge(b)
+	}
+	e := pre.e
+	whole := NewRangeSet(Range{Start: 0, End: l.head})
+	if n := e.Coverage.Len(); n > lim.MaxRanges {
+		return l.limitHit(ev, "ledger.coverage", tooMany("summary coverage", fmt.Sprintf("compaction %q", events.Excerpt(b.RequestID)), n, lim), whole, lim)
+	}
+	decided := func(allowed bool) {
+		rec := l.touch(b.RequestID, h, lim)
+		rec.evaluated, rec.allowed, rec.coverage = true, allowed, e.Coverage
+	}
 
 	// Rule 2.
-	if len(ev2.Reasons) == 0 {
-		rec.allowed = true
-		return accepted(l.allowedOutput(c, b, ev2, nil, nil))
+	if len(e.Reasons) == 0 {
+		decided(true)
+		return accepted(l.allowedOutput(c, b, e, nil, nil, lim))
 	}
 	// Rule 3.
-	rest := Diff(Diff(ev2.AtRisk, l.spilled), l.waived)
+	rest := pre.rest
 	if rest.IsEmpty() {
-		rec.allowed = true
+		decided(true)
 		var by []events.SpillHandle
-		if l.lastSpill != nil && Intersects(ev2.AtRisk, l.spilled) {
+		if l.lastSpill != nil && Intersects(e.AtRisk, l.spilled) {
 			by = []events.SpillHandle{*l.lastSpill}
 		}
-		cured := make([]events.ReasonCode, len(ev2.Reasons))
-		for i, r := range ev2.Reasons {
+		cured := make([]events.ReasonCode, len(e.Reasons))
+		for i, r := range e.Reasons {
 			cured[i] = r.Code
 		}
-		return accepted(l.allowedOutput(c, b, ev2, by, cured))
+		return accepted(l.allowedOutput(c, b, e, by, cured, lim))
 	}
 	// Rule 5 before a spill is even tried.
-	if unreceived := Diff(rest, l.received); !unreceived.IsEmpty() {
-		return accepted(l.halted(c, b.RequestID, rest, fmt.Sprintf(
-			"offsets %s were never received, so no spill can hold them", FormatRanges(unreceived.Ranges()))))
+	why := ""
+	switch unreceived := Diff(rest, l.received); {
+	case !unreceived.IsEmpty():
+		why = fmt.Sprintf("offsets %s were never received, so no spill can hold them", FormatRanges(unreceived.Ranges()))
+	case cfg.Policy == PolicyHalt:
+		why = "the policy halts instead of spilling"
+	case l.spillBytes >= lim.SpillQuota:
+		why = fmt.Sprintf("the session's spill quota of %d bytes is used up (%d bytes spilled)", lim.SpillQuota, l.spillBytes)
 	}
-	if cfg.Policy == PolicyHalt {
-		return accepted(l.halted(c, b.RequestID, rest, "the policy halts instead of spilling"))
+	if why != "" {
+		if n := rest.Len(); n > lim.MaxRanges {
+			return l.limitHit(ev, "ledger.halt", tooMany("halt", fmt.Sprintf("halting at compaction %q (%s)", events.Excerpt(b.RequestID), why), n, lim), whole, lim)
+		}
+		decided(false)
+		return accepted(l.halted(c, b.RequestID, rest, why, lim))
 	}
-	// Rule 4: ask for a spill; spillDone finishes the decision.
-	l.pending = &pending{cause: c, requestID: b.RequestID, reasons: ev2.Reasons, atRisk: ev2.AtRisk}
+	// Rule 4: ask for the spill of what no earlier spill holds; spillDone
+	// finishes the decision.
+	decided(false)
+	l.pending = &pending{cause: c, requestID: b.RequestID, reasons: cutReasons(e.Reasons, lim.listed), atRisk: e.AtRisk}
 	n := l.spills + 1
 	res := accepted()
 	res.Spill = &SpillRequest{
@@ -572,65 +745,112 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 		Range:    Range{Start: 0, End: l.head},
 		FirstSeq: l.firstSeq,
 		LastSeq:  ev.Meta.Seq,
-		Events:   l.accepted + 1, // this request is part of the transcript
+		Events:   l.accepted + 1 - l.spillAccepted, // this request is part of the transcript
+		MaxBytes: lim.SpillQuota - l.spillBytes,
+	}
+	if p := l.lastSpill; p != nil {
+		res.Spill.FirstSeq = p.LastSeq + 1
+		res.Spill.Previous = p.Name
 	}
 	return res
 }
 
-func (l *Ledger) spillDone(r *SpillResult) Result {
+func (l *Ledger) spillDone(r *SpillResult, lim Limits) Result {
 	p := l.pending
 	l.pending = nil
-	if r.Failure != "" {
+	left := lim.SpillQuota - min(l.spillBytes, lim.SpillQuota)
+	failure := r.Failure
+	switch {
+	case r.OverQuota || failure == "" && r.Handle.Size > left:
+		failure = fmt.Sprintf("the session's spill quota of %d bytes would be exceeded (%d bytes spilled, %d left)", lim.SpillQuota, l.spillBytes, left)
+		if r.Failure != "" {
+			failure += ": " + events.Excerpt(r.Failure)
+		}
+	case failure != "":
+		failure = "the transcript could not be spilled: " + events.Excerpt(failure)
+	}
+	if failure != "" {
 		rest := Diff(Diff(p.atRisk, l.spilled), l.waived)
-		return Result{Outputs: []events.Output{l.halted(p.cause, p.requestID, rest, "the transcript could not be spilled: "+r.Failure)}}
+		return Result{Outputs: []events.Output{l.halted(p.cause, p.requestID, rest, failure, lim)}}
+	}
+	spilled := Union(l.spilled, l.received.Within(Range{Start: 0, End: min(r.Handle.Range.End, l.head)}))
+	if n := spilled.Len(); n > lim.MaxRanges {
+		return Result{Outputs: []events.Output{l.halted(p.cause, p.requestID, NewRangeSet(Range{Start: 0, End: l.head}),
+			tooMany("spilled", "recording the spill", n, lim), lim)}}
+	}
+	handle := r.Handle
+	handle.Previous = nil
+	if l.lastSpill != nil {
+		prev := l.lastSpill.Name
+		handle.Previous = &prev
 	}
 	l.spills++
-	handle := r.Handle
 	l.lastSpill = &handle
-	l.spilled.AddSet(l.received.Within(Range{Start: 0, End: min(handle.Range.End, l.head)}))
+	l.spillBytes += handle.Size
+	l.spillAccepted = l.accepted
+	l.spilled = spilled
 	out := make([]events.Output, 0, 2)
 	out = append(out, events.Output{Type: events.TypeTranscriptSpilled, Session: l.session, Cause: p.cause, Data: &handle})
-	reasons := slices.Clone(p.reasons)
-	out = append(out, refused(p.cause, l.session, p.requestID, reasons, &handle, events.NextRetry))
+	out = append(out, refused(p.cause, l.session, p.requestID, p.reasons, &handle, events.NextRetry, lim))
 	return Result{Outputs: out}
 }
 
-func (l *Ledger) halted(c events.Cause, requestID string, lost RangeSet, why string) events.Output {
+// halted halts the session with lost as its unrecoverable offsets (or the
+// whole transcript, when lost has more ranges than a set may hold) and
+// returns the session.halted output, its list cut short as outputs are.
+// requestID is "" for a halt at a state limit.
+func (l *Ledger) halted(c events.Cause, requestID string, lost RangeSet, why string, lim Limits) events.Output {
+	if n := lost.Len(); n > lim.MaxRanges {
+		why = fmt.Sprintf("%s; the %d unrecoverable ranges are more than a set of the ledger may hold (%d), so the whole transcript up to offset %d is named",
+			why, n, lim.MaxRanges, max(l.head, lost.Max()))
+		lost = NewRangeSet(Range{Start: 0, End: max(l.head, lost.Max())})
+	}
 	l.status = statusHalted
 	h := lost.Clone()
 	l.halt = &h
 	l.haltReq = requestID
+	msg := fmt.Sprintf("session halted at compaction %q: offsets %s are at risk and cannot be recovered (%s). Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note, accepting those offsets as lost",
+		events.Excerpt(requestID), FormatRanges(h.Ranges()), why)
+	if requestID == "" {
+		msg = fmt.Sprintf("session halted: its ledger reached a limit (%s), so seamguard can no longer vouch for offsets %s. Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note, accepting those offsets as lost",
+			why, FormatRanges(h.Ranges()))
+	}
+	list, total := cutRanges(h.Ranges(), lim.listed)
 	return events.Output{
 		Type:    events.TypeSessionHalted,
 		Session: l.session,
 		Cause:   c,
 		Data: &events.SessionHalted{
-			RequestID:     requestID,
-			Unrecoverable: nonNil(h.Ranges()),
-			Message: fmt.Sprintf("session halted at compaction %q: offsets %s are at risk and cannot be recovered (%s). Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note, accepting those offsets as lost",
-				requestID, FormatRanges(h.Ranges()), why),
+			RequestID:              events.Excerpt(requestID),
+			Unrecoverable:          slices.Clone(list),
+			Message:                msg,
+			UnrecoverableTruncated: total != nil,
+			UnrecoverableTotal:     total,
 		},
 	}
 }
 
-func (l *Ledger) allowedOutput(c events.Cause, b *events.CompactionRequested, e Evaluation, by []events.SpillHandle, cured []events.ReasonCode) events.Output {
+func (l *Ledger) allowedOutput(c events.Cause, b *events.CompactionRequested, e Evaluation, by []events.SpillHandle, cured []events.ReasonCode, lim Limits) events.Output {
 	if by == nil {
 		by = []events.SpillHandle{}
 	}
 	if cured == nil {
 		cured = []events.ReasonCode{}
 	}
+	coverage, total := cutRanges(e.Coverage.Ranges(), lim.listed)
 	return events.Output{
 		Type:    events.TypeCompactionAllowed,
 		Session: l.session,
 		Cause:   c,
 		Data: &events.CompactionAllowed{
-			RequestID:       b.RequestID,
-			Head:            l.head,
-			SummaryCoverage: nonNil(slices.Clone(e.Coverage.Ranges())),
-			TailStart:       b.TailStart,
-			RecoveredBy:     by,
-			Cured:           cured,
+			RequestID:                events.Excerpt(b.RequestID),
+			Head:                     l.head,
+			SummaryCoverage:          slices.Clone(coverage),
+			TailStart:                b.TailStart,
+			RecoveredBy:              by,
+			Cured:                    cured,
+			SummaryCoverageTruncated: total != nil,
+			SummaryCoverageTotal:     total,
 		},
 	}
 }

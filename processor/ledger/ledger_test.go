@@ -144,7 +144,7 @@ func TestSeedStory(t *testing.T) {
 	require.NotNil(t, res.Spill)
 	assert.Equal(t, "e55", res.Spill.Cause.ID)
 	res.Spill.Cause = events.Cause{}
-	assert.Equal(t, SpillRequest{Session: "s1", N: 1, Name: "s1/1.jsonl", Range: Range{End: 52}, FirstSeq: 1, LastSeq: 55, Events: 55}, *res.Spill)
+	assert.Equal(t, SpillRequest{Session: "s1", N: 1, Name: "s1/1.jsonl", Range: Range{End: 52}, FirstSeq: 1, LastSeq: 55, Events: 55, MaxBytes: DefaultSpillQuota}, *res.Spill)
 	_, err := Step(&s.l, Input{Event: &events.Event{ID: "x", Subject: "s1", Body: &events.SessionClosed{}}}, s.cfg)
 	assert.ErrorIs(t, err, ErrSpillPending)
 

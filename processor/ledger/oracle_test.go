@@ -1,7 +1,8 @@
 package ledger
 
-// A brute-force oracle of CONTRACT.md section 5 and of the lifecycle choices
-// written down in doc.go. It shares no code with RangeSet or with Evaluate:
+// A brute-force oracle of CONTRACT.md sections 5 and 7 and of the choices
+// written down in doc.go (lifecycle, limits, forgotten requests, incremental
+// spills, lists cut short). It shares no code with RangeSet or with Evaluate:
 // every set is a bitmap over [0, orcWidth), every check is computed from the
 // contract's definitions offset by offset, and at-risk ranges are read back out
 // of the bitmaps. The property, seed and fuzz tests drive the core and the
@@ -10,6 +11,7 @@ package ledger
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 
@@ -132,8 +134,10 @@ func orcFromRanges(rs []events.Range) orcBits {
 // Observations: what a Step said, reduced to the fields the tests compare.
 
 type orcReason struct {
-	Code   events.ReasonCode
-	AtRisk []events.Range
+	Code      events.ReasonCode
+	AtRisk    []events.Range
+	Truncated bool
+	Total     events.AtRiskTotal // zero unless Truncated
 }
 
 type orcOut struct {
@@ -146,11 +150,15 @@ type orcOut struct {
 	Head          uint64
 	TailStart     uint64
 	Coverage      []events.Range
+	CoverageTotal events.AtRiskTotal // zero unless summary_coverage was cut
 	RecoveredBy   []string
 	Cured         []events.ReasonCode
 	Unrecoverable []events.Range
-	Code          events.Code // rejection code
-	Handle        string      // handle of transcript.spilled
+	UnrecTotal    events.AtRiskTotal // zero unless unrecoverable was cut
+	Code          events.Code        // rejection code
+	Field         string             // rejection field, for state_limit
+	Why           string             // which violation: never, forgotten, unsure, refused
+	Handle        string             // handle of transcript.spilled
 }
 
 type orcSpillReq struct {
@@ -162,6 +170,8 @@ type orcSpillReq struct {
 	FirstSeq uint64
 	LastSeq  uint64
 	Events   uint64
+	Previous string
+	MaxBytes uint64
 }
 
 type orcObs struct {
@@ -171,8 +181,15 @@ type orcObs struct {
 	Spill     *orcSpillReq
 }
 
-// orcHandleKey names a spill handle in observations.
-func orcHandleKey(h events.SpillHandle) string { return h.Name + "#" + h.Digest }
+// orcHandleKey names a spill handle in observations, with the spill before
+// it in its chain.
+func orcHandleKey(h events.SpillHandle) string {
+	k := h.Name + "#" + h.Digest
+	if h.Previous != nil {
+		k += "<-" + *h.Previous
+	}
+	return k
+}
 
 func orcNoEmpty[T any](s []T) []T {
 	if len(s) == 0 {
@@ -181,11 +198,34 @@ func orcNoEmpty[T any](s []T) []T {
 	return s
 }
 
+func orcTotal(t *events.AtRiskTotal) events.AtRiskTotal {
+	if t == nil {
+		return events.AtRiskTotal{}
+	}
+	return *t
+}
+
+// orcViolation classifies a violation by what its message says.
+func orcViolation(msg string) string {
+	switch {
+	case strings.Contains(msg, "no longer remembers"):
+		return "forgotten"
+	case strings.Contains(msg, "has no record"):
+		return "unsure"
+	case strings.Contains(msg, "never decided"):
+		return "never"
+	case strings.Contains(msg, "refused"):
+		return "refused"
+	}
+	return "unclassified: " + msg
+}
+
 // orcObserve reduces a core Result to an observation.
 func orcObserve(r Result) orcObs {
 	o := orcObs{Accepted: r.Accepted, Duplicate: r.Duplicate}
 	if s := r.Spill; s != nil {
-		o.Spill = &orcSpillReq{Cause: s.Cause.ID, Session: s.Session, N: s.N, Name: s.Name, Range: s.Range, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, Events: s.Events}
+		o.Spill = &orcSpillReq{Cause: s.Cause.ID, Session: s.Session, N: s.N, Name: s.Name, Range: s.Range, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
+			Events: s.Events, Previous: s.Previous, MaxBytes: s.MaxBytes}
 	}
 	for _, out := range r.Outputs {
 		x := orcOut{Type: out.Type, Cause: out.Cause.ID}
@@ -193,6 +233,7 @@ func orcObserve(r Result) orcObs {
 		case *events.CompactionAllowed:
 			x.RequestID, x.Head, x.TailStart = d.RequestID, d.Head, d.TailStart
 			x.Coverage = orcNoEmpty(d.SummaryCoverage)
+			x.CoverageTotal = orcTotal(d.SummaryCoverageTotal)
 			for _, h := range d.RecoveredBy {
 				x.RecoveredBy = append(x.RecoveredBy, orcHandleKey(h))
 			}
@@ -200,7 +241,7 @@ func orcObserve(r Result) orcObs {
 		case *events.CompactionRefused:
 			x.RequestID, x.Next = d.RequestID, d.Next
 			for _, rs := range d.Reasons {
-				x.Reasons = append(x.Reasons, orcReason{Code: rs.Code, AtRisk: orcNoEmpty(rs.AtRisk)})
+				x.Reasons = append(x.Reasons, orcReason{Code: rs.Code, AtRisk: orcNoEmpty(rs.AtRisk), Truncated: rs.AtRiskTruncated, Total: orcTotal(rs.AtRiskTotal)})
 			}
 			if d.Spill != nil {
 				x.Spill = orcHandleKey(*d.Spill)
@@ -210,10 +251,15 @@ func orcObserve(r Result) orcObs {
 		case *events.SessionHalted:
 			x.RequestID = d.RequestID
 			x.Unrecoverable = orcNoEmpty(d.Unrecoverable)
+			x.UnrecTotal = orcTotal(d.UnrecoverableTotal)
 		case *events.EventRejected:
 			x.Code = d.Code
+			if d.Code == events.CodeStateLimit {
+				x.Field = d.Field
+			}
 		case *events.CompactionViolation:
 			x.RequestID = d.RequestID
+			x.Why = orcViolation(d.Message)
 		default:
 			x.Type += fmt.Sprintf(" (unexpected data %T)", out.Data)
 		}
@@ -233,12 +279,47 @@ const (
 	orcClosed
 )
 
-// orcRecent and orcRequestIDs are the duplicate windows doc.go states.
+// orcRecent and orcRequestIDs are the duplicate windows doc.go states;
+// orcForgotten is how many forgotten request ids a ledger can still name.
 const (
 	orcRecent     = 8
 	orcRequestIDs = 16
 	orcResumeIDs  = 64
+	orcForgotten  = 1024
 )
+
+// orcLimits are the limits doc.go states, with their defaults.
+type orcLimits struct {
+	ranges, requests int
+	quota            uint64
+	listed           int // ranges an output lists at most
+}
+
+func orcLimitsOf(cfg Config) orcLimits {
+	l := cfg.Limits
+	o := orcLimits{ranges: l.MaxRanges, requests: l.MaxRequests, quota: l.SpillQuota, listed: l.listed}
+	if o.ranges <= 0 {
+		o.ranges = 100_000
+	}
+	if o.requests <= 0 {
+		o.requests = 256
+	}
+	if o.quota == 0 {
+		o.quota = 1 << 30
+	}
+	if o.listed <= 0 {
+		o.listed = events.MaxAtRiskRanges
+	}
+	return o
+}
+
+// orcHint is what the test driver measured of the snapshot, which the oracle
+// does not encode: whether the event (or spill result) would take it past
+// its limit, and whether a halt in force has room to name one range more.
+type orcHint struct {
+	over bool
+	room bool
+}
 
 type orcPair struct{ source, id string }
 
@@ -248,6 +329,7 @@ type orcRequest struct {
 	coverage  orcBits
 	ids       []orcPair
 	commits   []orcPair
+	used      int // when it was last requested or committed
 }
 
 type orcSpill struct {
@@ -279,13 +361,18 @@ type orcLedger struct {
 	spilled   orcBits // P
 	waived    orcBits // W
 
-	spills   []orcSpill // successful spills, oldest first
-	halt     orcBits    // unrecoverable ranges of the current halt
-	haltReq  string
-	requests map[string]*orcRequest
-	pending  *orcPending
-	recent   []orcPair // last accepted (source, id), oldest first
-	resumes  []orcPair // session.resumed applied, oldest first
+	spills        []orcSpill // successful spills, oldest first
+	spillBytes    uint64     // their sizes together
+	spillAccepted uint64     // accepted events up to the newest spill
+	halt          orcBits    // unrecoverable ranges of the current halt
+	haltReq       string
+	requests      map[string]*orcRequest
+	clock         int      // the last used stamp given out
+	forgotten     []string // evaluated request ids forgotten, oldest first, the last orcForgotten
+	forgottenAll  int
+	pending       *orcPending
+	recent        []orcPair // last accepted (source, id), oldest first
+	resumes       []orcPair // session.resumed applied, oldest first
 }
 
 // clone returns a deep copy.
@@ -294,6 +381,7 @@ func (o *orcLedger) clone() *orcLedger {
 	c.spills = append([]orcSpill(nil), o.spills...)
 	c.recent = append([]orcPair(nil), o.recent...)
 	c.resumes = append([]orcPair(nil), o.resumes...)
+	c.forgotten = append([]string(nil), o.forgotten...)
 	c.requests = make(map[string]*orcRequest, len(o.requests))
 	for k, v := range o.requests {
 		r := *v
@@ -318,8 +406,77 @@ func orcReject(ev *events.Event, code events.Code) orcObs {
 
 func orcOK(outs ...orcOut) orcObs { return orcObs{Accepted: true, Outs: outs} }
 
+// orcCount is how many ranges b holds.
+func orcCount(b orcBits) int { return len(b.ranges()) }
+
+func orcMax(b orcBits) uint64 {
+	rs := b.ranges()
+	if len(rs) == 0 {
+		return 0
+	}
+	return rs[len(rs)-1].End
+}
+
+// orcCutList keeps the first limit ranges of rs and counts them all if it
+// cut.
+func orcCutList(rs []events.Range, limit int) ([]events.Range, events.AtRiskTotal) {
+	if len(rs) <= limit {
+		return rs, events.AtRiskTotal{}
+	}
+	var t events.AtRiskTotal
+	for _, r := range rs {
+		t.Ranges++
+		t.Units += r.End - r.Start
+	}
+	return orcNoEmpty(rs[:limit]), t
+}
+
+// orcCutReasons shares out limit ranges among reasons as doc.go says: the
+// largest cap c that the reasons' min(need, c) fit under, and what is left
+// one range each to the largest reasons (ties: the later one).
+func orcCutReasons(rs []orcReason, limit int) []orcReason {
+	need := 0
+	for _, r := range rs {
+		need += len(r.AtRisk)
+	}
+	if need <= limit {
+		return rs
+	}
+	sum := func(c int) int {
+		n := 0
+		for _, r := range rs {
+			n += min(len(r.AtRisk), c)
+		}
+		return n
+	}
+	c := 0
+	for sum(c+1) <= limit {
+		c++
+	}
+	shares := make([]int, len(rs))
+	var big []int
+	for i, r := range rs {
+		shares[i] = min(len(r.AtRisk), c)
+		if len(r.AtRisk) > c {
+			big = append(big, i)
+		}
+	}
+	sort.SliceStable(big, func(a, b int) bool { return len(rs[big[a]].AtRisk) < len(rs[big[b]].AtRisk) })
+	for k := len(big) - (limit - sum(c)); k < len(big); k++ {
+		shares[big[k]]++
+	}
+	out := make([]orcReason, len(rs))
+	for i, r := range rs {
+		out[i] = r
+		if list, t := orcCutList(r.AtRisk, shares[i]); t.Ranges > 0 {
+			out[i].AtRisk, out[i].Truncated, out[i].Total = list, true, t
+		}
+	}
+	return out
+}
+
 // event applies one input event, the way CONTRACT.md and doc.go say.
-func (o *orcLedger) event(ev *events.Event, cfg Config) orcObs {
+func (o *orcLedger) event(ev *events.Event, cfg Config, hint orcHint) orcObs {
 	// The ledger belongs to the session of its first accepted event (it
 	// is opened then): a rejected event leaves no trace.
 	if o.status == orcNew {
@@ -331,20 +488,24 @@ func (o *orcLedger) event(ev *events.Event, cfg Config) orcObs {
 			return orcObs{Duplicate: true}
 		}
 	}
+	lim := orcLimitsOf(cfg)
+	if hint.over {
+		return o.limitHit(ev, "ledger.snapshot", o.concerned(ev), lim, hint)
+	}
 	var res orcObs
 	switch b := ev.Body.(type) {
 	case *events.SessionOpened:
 		res = o.open(ev, b)
 	case *events.TurnAppended:
-		res = o.turn(ev, b)
+		res = o.turn(ev, b, lim, hint)
 	case *events.ContextTruncated:
-		res = o.truncate(ev, b)
+		res = o.truncate(ev, b, lim, hint)
 	case *events.CompactionRequested:
-		res = o.request(ev, b, cfg)
+		res = o.request(ev, b, cfg, lim, hint)
 	case *events.CompactionCommitted:
-		res = o.commit(ev, b)
+		res = o.commit(ev, b, lim, hint)
 	case *events.SessionResumed:
-		res = o.resume(ev, b)
+		res = o.resume(ev, b, lim, hint)
 	case *events.SessionClosed:
 		res = o.close(ev)
 	default:
@@ -359,6 +520,41 @@ func (o *orcLedger) event(ev *events.Event, cfg Config) orcObs {
 		o.lastSeq = ev.Meta.Seq
 	}
 	return res
+}
+
+// concerned is what an event over a limit concerned: a turn's or a
+// truncation's offsets, else the whole transcript.
+func (o *orcLedger) concerned(ev *events.Event) orcBits {
+	switch b := ev.Body.(type) {
+	case *events.TurnAppended:
+		if b.Size > 0 && b.Offset+b.Size <= events.MaxOffset {
+			return orcSpan(b.Offset, b.Offset+b.Size)
+		}
+	case *events.ContextTruncated:
+		if b.Range.Start < b.Range.End {
+			return orcSpan(b.Range.Start, b.Range.End)
+		}
+	}
+	return orcSpan(0, o.head)
+}
+
+// limitHit is the state_limit rejection and the halt that comes with it
+// (doc.go): a halt in force gains the event's offsets, or becomes their
+// hull when it has no room for another range.
+func (o *orcLedger) limitHit(ev *events.Event, field string, concerned orcBits, lim orcLimits, hint orcHint) orcObs {
+	rej := orcOut{Type: events.TypeEventRejected, Cause: ev.ID, Code: events.CodeStateLimit, Field: field}
+	if o.status == orcNew || o.status == orcClosed {
+		return orcObs{Outs: []orcOut{rej}}
+	}
+	lost := concerned
+	if o.status == orcHalted {
+		lost = o.halt.or(concerned)
+		if orcCount(lost) > orcCount(o.halt) && !hint.room {
+			rs := lost.ranges()
+			lost = orcSpan(rs[0].Start, rs[len(rs)-1].End)
+		}
+	}
+	return orcObs{Outs: []orcOut{rej, o.haltNow(ev.ID, "", lost, lim)}}
 }
 
 // lifecycle is the rejection for a session that is not open or halted.
@@ -391,7 +587,7 @@ func (o *orcLedger) open(ev *events.Event, b *events.SessionOpened) orcObs {
 	return orcOK()
 }
 
-func (o *orcLedger) turn(ev *events.Event, b *events.TurnAppended) orcObs {
+func (o *orcLedger) turn(ev *events.Event, b *events.TurnAppended, lim orcLimits, hint orcHint) orcObs {
 	if c := o.lifecycle(); c != "" {
 		return orcReject(ev, c)
 	}
@@ -402,12 +598,15 @@ func (o *orcLedger) turn(ev *events.Event, b *events.TurnAppended) orcObs {
 	if !t.and(o.received).empty() {
 		return orcReject(ev, events.CodeOffsetConflict)
 	}
+	if orcCount(o.received.or(t)) > lim.ranges {
+		return o.limitHit(ev, "ledger.received", t, lim, hint)
+	}
 	o.received = o.received.or(t)
 	o.head = max(o.head, b.Offset+b.Size)
 	return orcOK()
 }
 
-func (o *orcLedger) truncate(ev *events.Event, b *events.ContextTruncated) orcObs {
+func (o *orcLedger) truncate(ev *events.Event, b *events.ContextTruncated, lim orcLimits, hint orcHint) orcObs {
 	if c := o.lifecycle(); c != "" {
 		return orcReject(ev, c)
 	}
@@ -417,11 +616,15 @@ func (o *orcLedger) truncate(ev *events.Event, b *events.ContextTruncated) orcOb
 	if b.Range.End > o.head {
 		return orcReject(ev, events.CodeRangeOutOfBounds)
 	}
-	o.truncated = o.truncated.or(orcSpan(b.Range.Start, b.Range.End))
+	t := orcSpan(b.Range.Start, b.Range.End)
+	if orcCount(o.truncated.or(t)) > lim.ranges {
+		return o.limitHit(ev, "ledger.truncated", t, lim, hint)
+	}
+	o.truncated = o.truncated.or(t)
 	return orcOK()
 }
 
-func (o *orcLedger) resume(ev *events.Event, b *events.SessionResumed) orcObs {
+func (o *orcLedger) resume(ev *events.Event, b *events.SessionResumed, lim orcLimits, hint orcHint) orcObs {
 	if c := o.lifecycle(); c != "" {
 		return orcReject(ev, c)
 	}
@@ -434,6 +637,9 @@ func (o *orcLedger) resume(ev *events.Event, b *events.SessionResumed) orcObs {
 		if q == p {
 			return orcObs{Duplicate: true}
 		}
+	}
+	if o.status == orcHalted && orcCount(o.waived.or(o.halt)) > lim.ranges {
+		return o.limitHit(ev, "ledger.waived", o.halt, lim, hint)
 	}
 	o.resumes = append(o.resumes, p)
 	if len(o.resumes) > orcResumeIDs {
@@ -455,7 +661,7 @@ func (o *orcLedger) close(ev *events.Event) orcObs {
 	return orcOK()
 }
 
-func (o *orcLedger) commit(ev *events.Event, b *events.CompactionCommitted) orcObs {
+func (o *orcLedger) commit(ev *events.Event, b *events.CompactionCommitted, lim orcLimits, hint orcHint) orcObs {
 	if c := o.lifecycle(); c != "" {
 		return orcReject(ev, c)
 	}
@@ -464,7 +670,21 @@ func (o *orcLedger) commit(ev *events.Event, b *events.CompactionCommitted) orcO
 	}
 	v := orcOut{Type: events.TypeCompactionViolation, Cause: ev.ID, RequestID: b.RequestID}
 	rec := o.requests[b.RequestID]
+	if rec == nil {
+		// Forgotten (or perhaps forgotten): the summary is unknown now,
+		// so no prior summary is credited (doc.go).
+		known := slices.Contains(o.forgotten, b.RequestID)
+		if known || o.forgottenAll > len(o.forgotten) {
+			v.Why = "unsure"
+			if known {
+				v.Why = "forgotten"
+			}
+			o.committed = orcBits{}
+			return orcOK(v)
+		}
+	}
 	if rec == nil || !rec.evaluated {
+		v.Why = "never"
 		return orcOK(v) // never decided: a violation, nothing changes
 	}
 	// A commit is applied once however late a copy comes (doc.go).
@@ -474,14 +694,20 @@ func (o *orcLedger) commit(ev *events.Event, b *events.CompactionCommitted) orcO
 			return orcObs{Duplicate: true}
 		}
 	}
+	if orcCount(rec.coverage) > lim.ranges {
+		return o.limitHit(ev, "ledger.committed", orcSpan(0, o.head), lim, hint)
+	}
 	rec.commits = append(rec.commits, p)
 	if len(rec.commits) > orcRequestIDs {
 		rec.commits = rec.commits[1:]
 	}
+	o.clock++
+	rec.used = o.clock
 	o.committed = rec.coverage
 	if rec.allowed {
 		return orcOK()
 	}
+	v.Why = "refused"
 	return orcOK(v)
 }
 
@@ -548,62 +774,96 @@ func (o *orcLedger) safe(b *events.CompactionRequested) (bool, []events.Range) {
 	return e.whole.within(held), e.whole.minus(held).ranges()
 }
 
-func (o *orcLedger) refusal(ev *events.Event, id string, code events.ReasonCode, risk []events.Range) orcOut {
+func (o *orcLedger) refusal(ev *events.Event, id string, code events.ReasonCode, risk []events.Range, lim orcLimits) orcOut {
 	return orcOut{Type: events.TypeCompactionRefused, Cause: ev.ID, RequestID: id,
-		Reasons: []orcReason{{Code: code, AtRisk: risk}}, Next: events.NextNone}
+		Reasons: orcCutReasons([]orcReason{{Code: code, AtRisk: risk}}, lim.listed), Next: events.NextNone}
 }
 
-func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg Config) orcObs {
+// touch marks a request id as asked for by the event p, now; a new one past
+// the limit forgets the least recently used.
+func (o *orcLedger) touch(id string, p orcPair, lim orcLimits) *orcRequest {
+	rec := o.requests[id]
+	if rec == nil {
+		for len(o.requests) >= lim.requests {
+			oldest, first := "", true
+			for k, r := range o.requests {
+				if first || r.used < o.requests[oldest].used {
+					oldest, first = k, false
+				}
+			}
+			if o.requests[oldest].evaluated {
+				o.forgotten = append(o.forgotten, oldest)
+				if len(o.forgotten) > orcForgotten {
+					o.forgotten = o.forgotten[1:]
+				}
+				o.forgottenAll++
+			}
+			delete(o.requests, oldest)
+		}
+		rec = &orcRequest{}
+		if o.requests == nil {
+			o.requests = map[string]*orcRequest{}
+		}
+		o.requests[id] = rec
+	}
+	rec.ids = append(rec.ids, p)
+	if len(rec.ids) > orcRequestIDs {
+		rec.ids = rec.ids[1:]
+	}
+	o.clock++
+	rec.used = o.clock
+	return rec
+}
+
+func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg Config, lim orcLimits, hint orcHint) orcObs {
 	// Rule 1, unknown or closed session: the event is no part of a transcript.
 	switch o.status {
 	case orcNew:
-		return orcObs{Outs: []orcOut{o.refusal(ev, b.RequestID, events.ReasonUnknownSession, nil)}}
+		return orcObs{Outs: []orcOut{o.refusal(ev, b.RequestID, events.ReasonUnknownSession, nil, lim)}}
 	case orcClosed:
-		return orcObs{Outs: []orcOut{o.refusal(ev, b.RequestID, events.ReasonSessionClosed, nil)}}
+		return orcObs{Outs: []orcOut{o.refusal(ev, b.RequestID, events.ReasonSessionClosed, nil, lim)}}
 	}
 	p := orcPair{ev.Source, ev.ID}
-	rec := o.requests[b.RequestID]
-	if rec != nil {
+	if rec := o.requests[b.RequestID]; rec != nil {
 		for _, q := range rec.ids {
 			if q == p {
 				return orcObs{Duplicate: true}
 			}
 		}
 	}
-	if rec == nil {
-		rec = &orcRequest{}
-		if o.requests == nil {
-			o.requests = map[string]*orcRequest{}
-		}
-		o.requests[b.RequestID] = rec
-	}
-	rec.ids = append(rec.ids, p)
-	if len(rec.ids) > orcRequestIDs {
-		rec.ids = rec.ids[1:]
-	}
 	// Rule 1, invalid requests, then halted sessions.
 	h := o.head
 	if b.RequestID == "" || b.SummarizerInput.Start > b.SummarizerInput.End || b.SummaryRange.Start > b.SummaryRange.End ||
 		b.TailStart > h || b.SummaryRange.End > h {
-		return orcOK(o.refusal(ev, b.RequestID, events.ReasonInvalidRequest, nil))
+		o.touch(b.RequestID, p, lim)
+		return orcOK(o.refusal(ev, b.RequestID, events.ReasonInvalidRequest, nil, lim))
 	}
 	if o.status == orcHalted {
-		return orcOK(o.refusal(ev, b.RequestID, events.ReasonSessionHalted, o.halt.ranges()))
+		o.touch(b.RequestID, p, lim)
+		return orcOK(o.refusal(ev, b.RequestID, events.ReasonSessionHalted, o.halt.ranges(), lim))
 	}
 
 	e := o.evaluate(b)
-	rec.evaluated, rec.allowed, rec.coverage = true, false, e.C
+	whole := orcSpan(0, h)
+	if orcCount(e.C) > lim.ranges {
+		return o.limitHit(ev, "ledger.coverage", whole, lim, hint)
+	}
+	decided := func(allowed bool) {
+		rec := o.touch(b.RequestID, p, lim)
+		rec.evaluated, rec.allowed, rec.coverage = true, allowed, e.C
+	}
+	cov, covTotal := orcCutList(e.C.ranges(), lim.listed)
 	allowed := orcOut{Type: events.TypeCompactionAllowed, Cause: ev.ID, RequestID: b.RequestID,
-		Head: h, TailStart: b.TailStart, Coverage: e.C.ranges()}
+		Head: h, TailStart: b.TailStart, Coverage: cov, CoverageTotal: covTotal}
 	// Rule 2.
 	if len(e.reasons) == 0 {
-		rec.allowed = true
+		decided(true)
 		return orcOK(allowed)
 	}
 	// Rule 3.
 	rest := e.atRisk.minus(o.spilled).minus(o.waived)
 	if rest.empty() {
-		rec.allowed = true
+		decided(true)
 		for _, r := range e.reasons {
 			allowed.Cured = append(allowed.Cured, r.Code)
 		}
@@ -616,12 +876,18 @@ func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg
 		}
 		return orcOK(allowed)
 	}
-	// Rule 5 when some offset at risk was never received, or the policy halts.
-	if !rest.within(o.received) || cfg.Policy == PolicyHalt {
-		return orcOK(o.haltNow(ev.ID, b.RequestID, rest))
+	// Rule 5 when some offset at risk was never received, the policy
+	// halts, or the spill quota is used up.
+	if !rest.within(o.received) || cfg.Policy == PolicyHalt || o.spillBytes >= lim.quota {
+		if orcCount(rest) > lim.ranges {
+			return o.limitHit(ev, "ledger.halt", whole, lim, hint)
+		}
+		decided(false)
+		return orcOK(o.haltNow(ev.ID, b.RequestID, rest, lim))
 	}
-	// Rule 4: ask for a spill of [0, head).
-	o.pending = &orcPending{cause: ev.ID, requestID: b.RequestID, reasons: e.reasons, atRisk: e.atRisk}
+	// Rule 4: ask for a spill of what no earlier spill holds.
+	decided(false)
+	o.pending = &orcPending{cause: ev.ID, requestID: b.RequestID, reasons: orcCutReasons(e.reasons, lim.listed), atRisk: e.atRisk}
 	n := uint32(len(o.spills) + 1)
 	res := orcOK()
 	res.Spill = &orcSpillReq{
@@ -632,31 +898,61 @@ func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg
 		Range:    events.Range{Start: 0, End: h},
 		FirstSeq: o.firstSeq,
 		LastSeq:  ev.Meta.Seq,
-		Events:   o.accepted + 1,
+		Events:   o.accepted + 1 - o.spillAccepted,
+		MaxBytes: lim.quota - o.spillBytes,
+	}
+	if k := len(o.spills); k > 0 {
+		res.Spill.FirstSeq = o.spills[k-1].handle.LastSeq + 1
+		res.Spill.Previous = o.spills[k-1].handle.Name
 	}
 	return res
 }
 
-func (o *orcLedger) haltNow(cause, requestID string, lost orcBits) orcOut {
+// haltNow halts with lost as the unrecoverable offsets, or the whole
+// transcript (up to lost's end) when lost has too many ranges.
+func (o *orcLedger) haltNow(cause, requestID string, lost orcBits, lim orcLimits) orcOut {
+	if orcCount(lost) > lim.ranges {
+		lost = orcSpan(0, max(o.head, orcMax(lost)))
+	}
 	o.status, o.halt, o.haltReq = orcHalted, lost, requestID
-	return orcOut{Type: events.TypeSessionHalted, Cause: cause, RequestID: requestID, Unrecoverable: lost.ranges()}
+	list, total := orcCutList(lost.ranges(), lim.listed)
+	return orcOut{Type: events.TypeSessionHalted, Cause: cause, RequestID: requestID, Unrecoverable: list, UnrecTotal: total}
 }
 
 // spillDone applies the result of the spill the last request asked for.
-func (o *orcLedger) spillDone(r *SpillResult) orcObs {
+func (o *orcLedger) spillDone(r *SpillResult, cfg Config, hint orcHint) orcObs {
+	lim := orcLimitsOf(cfg)
 	p := o.pending
 	o.pending = nil
-	if r.Failure != "" {
-		return orcObs{Outs: []orcOut{o.haltNow(p.cause, p.requestID, p.atRisk.minus(o.spilled).minus(o.waived))}}
+	if hint.over { // recording it would take the snapshot past its limit
+		return orcObs{Outs: []orcOut{o.haltNow(p.cause, p.requestID, orcSpan(0, o.head), lim)}}
 	}
-	// The spill holds every received offset of [0, head).
-	holds := o.received.and(orcSpan(0, o.head))
+	left := uint64(0)
+	if o.spillBytes < lim.quota {
+		left = lim.quota - o.spillBytes
+	}
+	if r.Failure != "" || r.OverQuota || r.Handle.Size > left {
+		return orcObs{Outs: []orcOut{o.haltNow(p.cause, p.requestID, p.atRisk.minus(o.spilled).minus(o.waived), lim)}}
+	}
+	// The chain holds every received offset of [0, head).
+	holds := o.received.and(orcSpan(0, min(o.head, r.Handle.Range.End)))
+	if orcCount(o.spilled.or(holds)) > lim.ranges {
+		return orcObs{Outs: []orcOut{o.haltNow(p.cause, p.requestID, orcSpan(0, o.head), lim)}}
+	}
+	handle := r.Handle
+	handle.Previous = nil
+	if k := len(o.spills); k > 0 {
+		prev := o.spills[k-1].handle.Name
+		handle.Previous = &prev
+	}
 	o.spilled = o.spilled.or(holds)
-	o.spills = append(o.spills, orcSpill{handle: r.Handle, holds: holds})
-	key := orcHandleKey(r.Handle)
+	o.spills = append(o.spills, orcSpill{handle: handle, holds: holds})
+	o.spillBytes += handle.Size
+	o.spillAccepted = o.accepted
+	key := orcHandleKey(handle)
 	return orcObs{Outs: []orcOut{
 		{Type: events.TypeTranscriptSpilled, Cause: p.cause, Handle: key},
-		{Type: events.TypeCompactionRefused, Cause: p.cause, RequestID: p.requestID, Reasons: p.reasons, Spill: key, Next: events.NextRetry},
+		{Type: events.TypeCompactionRefused, Cause: p.cause, RequestID: p.requestID, Reasons: orcCutReasons(p.reasons, lim.listed), Spill: key, Next: events.NextRetry},
 	}}
 }
 
@@ -697,6 +993,24 @@ func orcCompareState(l *Ledger, o *orcLedger) string {
 	if l.accepted != o.accepted || l.lastSeq != o.lastSeq || l.firstSeq != o.firstSeq {
 		d = append(d, fmt.Sprintf("accepted/firstSeq/lastSeq: core %d/%d/%d, oracle %d/%d/%d",
 			l.accepted, l.firstSeq, l.lastSeq, o.accepted, o.firstSeq, o.lastSeq))
+	}
+	if l.spillBytes != o.spillBytes || l.spillAccepted != o.spillAccepted {
+		d = append(d, fmt.Sprintf("spilled bytes/events: core %d/%d, oracle %d/%d", l.spillBytes, l.spillAccepted, o.spillBytes, o.spillAccepted))
+	}
+	if int(l.forgottenAll) != o.forgottenAll || len(l.forgotten) != len(o.forgotten) {
+		d = append(d, fmt.Sprintf("forgotten: core %d (%d held), oracle %d (%d held)", l.forgottenAll, len(l.forgotten), o.forgottenAll, len(o.forgotten)))
+	}
+	var got, want []string
+	for id, q := range l.requests {
+		got = append(got, fmt.Sprintf("%q evaluated=%v allowed=%v", id, q.evaluated, q.allowed))
+	}
+	for id, q := range o.requests {
+		want = append(want, fmt.Sprintf("%q evaluated=%v allowed=%v", id, q.evaluated, q.allowed))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		d = append(d, fmt.Sprintf("requests: core %v, oracle %v", got, want))
 	}
 	return strings.Join(d, "; ")
 }

@@ -72,10 +72,12 @@ func (c *orcByteChooser) intn(n int) int {
 func (c *orcByteChooser) done() bool { return len(c.b) == 0 }
 
 // orcItem is one input event of a script; spillFail is what the spill comes
-// back with if the core asks for one ("" for success).
+// back with if the core asks for one ("" for success), overQuota whether it
+// says the quota stopped it.
 type orcItem struct {
 	ev        *events.Event
 	spillFail string
+	overQuota bool
 }
 
 // orcMaxHead keeps generated transcripts small: no turn ends past it.
@@ -107,6 +109,19 @@ func orcGenerate(c orcChooser, session string, maxItems int) ([]orcItem, Config)
 	g := &orcGen{c: c, session: session, o: &orcLedger{}, lastReq: map[string]events.CompactionRequested{}}
 	if c.intn(3) == 0 {
 		g.cfg.Policy = PolicyHalt
+	}
+	if c.intn(2) == 0 {
+		// Small limits, so that sessions reach them: a handful of ranges,
+		// a few request ids, snapshots of a few hundred bytes, spill quotas
+		// of a few spills (the driver's spills take 100 bytes an event),
+		// outputs that list a few ranges.
+		g.cfg.Limits = Limits{
+			MaxRanges:        []int{0, 1, 2, 3, 5}[c.intn(5)],
+			MaxRequests:      []int{0, 1, 2, 3}[c.intn(4)],
+			MaxSnapshotBytes: []int{0, 250, 350, 500, 800}[c.intn(5)],
+			SpillQuota:       []uint64{0, 300, 1000, 2500}[c.intn(4)],
+			listed:           []int{0, 1, 2, 3}[c.intn(4)],
+		}
 	}
 	g.unit = orcUnits[c.intn(len(orcUnits))]
 	g.floorUnit = g.unit
@@ -171,10 +186,16 @@ func (g *orcGen) push(ev *events.Event) {
 	it := orcItem{ev: ev}
 	if _, ok := ev.Body.(*events.CompactionRequested); ok && g.c.intn(7) == 0 {
 		it.spillFail = "object store unavailable after 3 retries"
+		if g.c.intn(3) == 0 {
+			it.spillFail, it.overQuota = "the object would exceed its byte budget", true
+		}
 	}
 	g.items = append(g.items, it)
-	if obs := g.o.event(ev, g.cfg); obs.Spill != nil {
-		g.o.spillDone(&SpillResult{Handle: events.SpillHandle{Name: obs.Spill.Name, Range: obs.Spill.Range}, Failure: it.spillFail})
+	// The shadow oracle only aims the generator: it is told nothing of
+	// snapshot sizes.
+	if obs := g.o.event(ev, g.cfg, orcHint{room: true}); obs.Spill != nil {
+		g.o.spillDone(&SpillResult{Handle: events.SpillHandle{Name: obs.Spill.Name, Range: obs.Spill.Range, Size: 100 * obs.Spill.Events,
+			LastSeq: obs.Spill.LastSeq}, Failure: it.spillFail, OverQuota: it.overQuota}, g.cfg, orcHint{room: true})
 	}
 }
 
@@ -390,19 +411,61 @@ func orcRun(script []orcItem, opts orcRunOpts) (int, string) {
 	return r.steps, ""
 }
 
+// hint measures what the oracle does not model: whether f, applied to the
+// ledger as it stands, would take its snapshot past the limit (and grow it),
+// which the core must then refuse; and whether the snapshot has room for a
+// halt to name one range more.
+func (r *orcRunner) hint(f func(*Ledger) Result) orcHint {
+	lim := r.opts.cfg.Limits.orDefaults()
+	var c Ledger
+	if err := c.UnmarshalBinary(r.prev); err != nil {
+		panic(err)
+	}
+	f(&c)
+	after, _ := c.MarshalBinary()
+	limit := lim.MaxSnapshotBytes - haltReserve
+	return orcHint{
+		over: len(after) > limit && len(after) > len(r.prev),
+		room: len(r.prev)+rangeBytes+1 <= lim.MaxSnapshotBytes,
+	}
+}
+
+// stateLimit reports whether res rejected its event at a state limit.
+func stateLimit(res Result) bool {
+	for _, out := range res.Outputs {
+		if d, ok := out.Data.(*events.EventRejected); ok && d.Code == events.CodeStateLimit {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *orcRunner) item(it orcItem) string {
 	ev := it.ev
 	before := r.prev
 	in := Input{Event: ev}
+	lim := r.opts.cfg.Limits.orDefaults()
+	hint := r.hint(func(c *Ledger) Result { return c.apply(ev, idHash(ev.Source, ev.ID), r.opts.cfg, lim, nil) })
 	res, err := Step(&r.l, in, r.opts.cfg)
 	if err != nil {
 		return "Step returned an error although the protocol was followed: " + err.Error()
 	}
-	if msg := r.check(in, res, r.o.event(ev, r.opts.cfg)); msg != "" {
+	if msg := r.check(in, res, r.o.event(ev, r.opts.cfg, hint)); msg != "" {
 		return msg
 	}
 	if !res.Accepted && !bytes.Equal(before, r.prev) {
-		return "an event that was rejected, refused before/after the session's life, or a duplicate changed the snapshot"
+		if !stateLimit(res) {
+			return "an event that was rejected, refused before/after the session's life, or a duplicate changed the snapshot"
+		}
+		// A state limit changes the halt and nothing else.
+		var lb Ledger
+		if err := lb.UnmarshalBinary(before); err != nil {
+			return err.Error()
+		}
+		lb.status, lb.halt, lb.haltReq = r.l.status, r.l.halt, r.l.haltReq
+		if b, _ := lb.MarshalBinary(); !bytes.Equal(b, r.prev) {
+			return "an event rejected at a state limit changed more than the halt"
+		}
 	}
 	b, isReq := ev.Body.(*events.CompactionRequested)
 	outs := slices.Clone(res.Outputs)
@@ -417,25 +480,62 @@ func (r *orcRunner) item(it orcItem) string {
 	if res.Spill != nil {
 		r.spills++
 		s := res.Spill
-		sr := &SpillResult{Failure: it.spillFail, Handle: events.SpillHandle{
+		sr := &SpillResult{Failure: it.spillFail, OverQuota: it.overQuota, Handle: events.SpillHandle{
 			Bucket: "seamguard-spills", Name: s.Name, Digest: fmt.Sprintf("sha256-%04d", r.spills),
 			Size: 100 * s.Events, Range: s.Range, Events: s.Events, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
 		}}
+		if s.Events == 0 || s.FirstSeq > s.LastSeq || s.MaxBytes == 0 {
+			return fmt.Sprintf("a spill of nothing, or with no byte budget: %+v", *s)
+		}
 		in := Input{Spill: sr}
+		hint := r.hint(func(c *Ledger) Result { return c.spillDone(sr, lim) })
 		res2, err := Step(&r.l, in, r.opts.cfg)
 		if err != nil {
 			return "Step of the spill result returned an error: " + err.Error()
 		}
-		if msg := r.check(in, res2, r.o.spillDone(sr)); msg != "" {
+		if msg := r.check(in, res2, r.o.spillDone(sr, r.opts.cfg, hint)); msg != "" {
 			return "after the spill result: " + msg
 		}
 		outs = append(outs, res2.Outputs...)
 	}
 	if r.opts.stats != nil {
+		if stateLimit(res) && !hint.room {
+			r.opts.stats["state_limit without room"]++
+		}
 		for _, out := range outs {
 			r.opts.stats[out.Type]++
-			if d, ok := out.Data.(*events.CompactionAllowed); ok && len(d.Cured) > 0 {
-				r.opts.stats["allowed, cured"]++
+			switch d := out.Data.(type) {
+			case *events.CompactionAllowed:
+				if len(d.Cured) > 0 {
+					r.opts.stats["allowed, cured"]++
+				}
+				if d.SummaryCoverageTruncated {
+					r.opts.stats["coverage cut"]++
+				}
+			case *events.EventRejected:
+				if d.Code == events.CodeStateLimit {
+					r.opts.stats["state_limit "+d.Field]++
+				}
+			case *events.CompactionViolation:
+				r.opts.stats["violation "+orcViolation(d.Message)]++
+			case *events.SpillHandle:
+				if d.Previous != nil {
+					r.opts.stats["spill with previous"]++
+				}
+			case *events.SessionHalted:
+				if d.UnrecoverableTruncated {
+					r.opts.stats["unrecoverable cut"]++
+				}
+				if strings.Contains(d.Message, "quota") {
+					r.opts.stats["halted at the quota"]++
+				}
+			case *events.CompactionRefused:
+				for _, x := range d.Reasons {
+					if x.AtRiskTruncated {
+						r.opts.stats["at_risk cut"]++
+						break
+					}
+				}
 			}
 		}
 		if res.Duplicate {
@@ -455,7 +555,7 @@ func (r *orcRunner) check(in Input, res Result, want orcObs) string {
 	if got := orcObserve(res); !reflect.DeepEqual(got, want) {
 		return fmt.Sprintf("core and oracle differ\n  core:   %s\n  oracle: %s", orcFmtObs(got), orcFmtObs(want))
 	}
-	if msg := orcShape(&r.l, res); msg != "" {
+	if msg := orcShape(&r.l, res, r.opts.cfg.Limits.orDefaults()); msg != "" {
 		return msg
 	}
 	if msg := orcCompareState(&r.l, r.o); msg != "" {
@@ -474,6 +574,9 @@ func (r *orcRunner) check(in Input, res Result, want orcObs) string {
 	}
 	if b2, _ := l2.MarshalBinary(); !bytes.Equal(b1, b2) {
 		return "snapshot does not round-trip byte for byte"
+	}
+	if max := r.opts.cfg.Limits.orDefaults().MaxSnapshotBytes; len(b1) > max && len(b1) > len(r.prev) {
+		return fmt.Sprintf("the snapshot grew to %d bytes, past its limit of %d", len(b1), max)
 	}
 	r.prev = b1
 	if r.twin != nil {
@@ -496,9 +599,10 @@ func (r *orcRunner) check(in Input, res Result, want orcObs) string {
 }
 
 // orcShape checks what the oracle does not model: JSON-facing lists are never
-// null, messages are there, refusals say what to do next.
-func orcShape(l *Ledger, res Result) string {
-	for _, out := range res.Outputs {
+// null, messages are there and bounded, refusals say what to do next, a
+// state limit halts with no request id, lists are cut short as doc.go says.
+func orcShape(l *Ledger, res Result, lim Limits) string {
+	for i, out := range res.Outputs {
 		if l.session != "" && out.Session != l.session {
 			return fmt.Sprintf("%s names session %q, the ledger is %q", out.Type, out.Session, l.session)
 		}
@@ -511,18 +615,39 @@ func orcShape(l *Ledger, res Result) string {
 			if d.Reasons == nil || (d.Next == events.NextRetry) != (d.Spill != nil) || (d.Next != events.NextRetry && d.Next != events.NextNone) {
 				return fmt.Sprintf("compaction.refused with reasons %v, spill %v, next %q", d.Reasons, d.Spill, d.Next)
 			}
+			listed := 0
 			for _, rs := range d.Reasons {
-				if rs.AtRisk == nil || rs.Message == "" {
-					return fmt.Sprintf("reason %s without at_risk list or message", rs.Code)
+				if rs.AtRisk == nil || rs.Message == "" || len(rs.Message) > messageBytes {
+					return fmt.Sprintf("reason %s without at_risk list or message, or with a message of %d bytes", rs.Code, len(rs.Message))
 				}
+				if rs.AtRiskTruncated != (rs.AtRiskTotal != nil) {
+					return fmt.Sprintf("reason %s: at_risk_truncated %v with total %v", rs.Code, rs.AtRiskTruncated, rs.AtRiskTotal)
+				}
+				listed += len(rs.AtRisk)
+			}
+			if listed > lim.listed {
+				return fmt.Sprintf("a refusal lists %d at-risk ranges, more than %d", listed, lim.listed)
 			}
 		case *events.SessionHalted:
 			if d.Unrecoverable == nil || d.Message == "" {
 				return "session.halted without unrecoverable list or message"
 			}
+			if len(d.Unrecoverable) > lim.listed || d.UnrecoverableTruncated != (d.UnrecoverableTotal != nil) {
+				return fmt.Sprintf("session.halted lists %d ranges (truncated %v)", len(d.Unrecoverable), d.UnrecoverableTruncated)
+			}
 		case *events.EventRejected:
 			if d.Message == "" || d.Input.Headers == nil {
 				return "event.rejected without message or input headers"
+			}
+			if d.Code == events.CodeStateLimit {
+				if !strings.Contains(d.Message, "limit") {
+					return "a state_limit rejection that names no limit: " + d.Message
+				}
+				if l.status != statusNew && l.status != statusClosed {
+					if i+1 >= len(res.Outputs) || res.Outputs[i+1].Type != events.TypeSessionHalted || res.Outputs[i+1].Data.(*events.SessionHalted).RequestID != "" {
+						return "a state_limit rejection not followed by a session.halted without request id"
+					}
+				}
 			}
 		case *events.CompactionViolation:
 			if d.Message == "" {
@@ -567,7 +692,9 @@ func orcInvariants(l *Ledger) string {
 	if l.head != l.received.Max() {
 		return fmt.Sprintf("head %d but received ends at %d", l.head, l.received.Max())
 	}
-	for _, name := range []string{"truncated", "spilled", "committed", "waived"} {
+	// waived is not here: a halt at a state limit may name a turn beyond
+	// head, and resuming it waives those offsets.
+	for _, name := range []string{"truncated", "spilled", "committed"} {
 		if sets[name].Max() > l.head {
 			return fmt.Sprintf("%s %v reaches beyond head %d", name, sets[name].Ranges(), l.head)
 		}
@@ -608,6 +735,9 @@ func orcDescribe(it orcItem) string {
 		if it.spillFail != "" {
 			s += " (a spill would fail)"
 		}
+		if it.overQuota {
+			s += " (over its quota)"
+		}
 	case *events.CompactionCommitted:
 		s = fmt.Sprintf("compaction.committed %q", b.RequestID)
 	case *events.SessionResumed:
@@ -622,7 +752,7 @@ func orcDescribe(it orcItem) string {
 
 func orcDescribeAll(script []orcItem, cfg Config) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "policy %d:\n", cfg.Policy)
+	fmt.Fprintf(&b, "policy %d, limits %+v:\n", cfg.Policy, cfg.Limits)
 	for i, it := range script {
 		fmt.Fprintf(&b, "  #%d %s\n", i, orcDescribe(it))
 	}
@@ -718,7 +848,10 @@ func TestPropSessionsMatchOracle(t *testing.T) {
 	t.Logf("%d sessions, %d steps in %v;%s", orcPropSessions, steps.Load(), time.Since(start).Round(time.Millisecond), b.String())
 	// Every kind of outcome must have been reached, or the generator is too tame.
 	for _, typ := range []string{events.TypeCompactionAllowed, "allowed, cured", events.TypeCompactionRefused, events.TypeTranscriptSpilled,
-		events.TypeSessionHalted, events.TypeEventRejected, events.TypeCompactionViolation, "duplicate"} {
+		events.TypeSessionHalted, events.TypeEventRejected, events.TypeCompactionViolation, "duplicate",
+		"state_limit ledger.received", "state_limit ledger.truncated", "state_limit ledger.coverage", "state_limit ledger.halt",
+		"state_limit ledger.waived", "state_limit ledger.snapshot", "violation forgotten", "violation never", "violation refused",
+		"spill with previous", "halted at the quota", "at_risk cut", "unrecoverable cut", "coverage cut"} {
 		require.Positive(t, stats[typ], "no %s in %d sessions", typ, orcPropSessions)
 	}
 }

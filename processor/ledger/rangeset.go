@@ -131,6 +131,18 @@ func (s *RangeSet) Add(r Range) {
 	s.r = slices.Delete(s.r, i+1, j)
 }
 
+// LenAfterAdd returns how many ranges s would hold after Add(r), without
+// changing s: O(log n).
+func (s RangeSet) LenAfterAdd(r Range) int {
+	n := len(s.r)
+	if r.Empty() {
+		return n
+	}
+	i := sort.Search(n, func(k int) bool { return s.r[k].End >= r.Start })
+	j := i + sort.Search(n-i, func(k int) bool { return s.r[i+k].Start > r.End })
+	return n - (j - i) + 1
+}
+
 // AddSet inserts every range of t into s.
 func (s *RangeSet) AddSet(t RangeSet) {
 	if len(t.r) == 0 {

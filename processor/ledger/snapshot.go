@@ -14,7 +14,13 @@ import (
 // are not a snapshot this version wrote.
 var ErrCorruptSnapshot = errors.New("ledger: corrupt snapshot")
 
-const snapshotVersion = 1
+// snapshotVersion is the version MarshalBinary writes. Version 2 added the
+// spill chain (each spill's previous, the accepted events and bytes the
+// spills hold), the requests' use stamps, the forgotten request ids and the
+// cut at-risk lists of a pending refusal. UnmarshalBinary reads version 1
+// too: its newest spill counts as one full spill (its events, its size), and
+// its requests are stamped as used in the order of their ids.
+const snapshotVersion = 2
 
 // MarshalBinary encodes the ledger as a compact, deterministic snapshot: the
 // same ledger always gives the same bytes. Range sets are delta-encoded
@@ -31,6 +37,8 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 	w.u(l.firstSeq)
 	w.u(l.lastSeq)
 	w.u(l.accepted)
+	w.u(l.spillAccepted)
+	w.u(l.spillBytes)
 	for _, s := range []*RangeSet{&l.received, &l.truncated, &l.committed, &l.spilled, &l.waived} {
 		w.set(*s)
 	}
@@ -44,6 +52,7 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 		w.set(*l.halt)
 	}
 	w.s(l.haltReq)
+	w.u(l.tick)
 	keys := make([]string, 0, len(l.requests))
 	for k := range l.requests {
 		keys = append(keys, k)
@@ -58,7 +67,10 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 		w.set(r.coverage)
 		w.ids(r.ids)
 		w.ids(r.commits)
+		w.u(r.used)
 	}
+	w.ids(l.forgotten)
+	w.u(l.forgottenAll)
 	w.ids(l.resumes)
 	w.flag(l.pending != nil)
 	if p := l.pending; p != nil {
@@ -72,6 +84,11 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 			w.s(string(r.Code))
 			w.s(r.Message)
 			w.set(NewRangeSet(r.AtRisk...))
+			w.flag(r.AtRiskTotal != nil)
+			if t := r.AtRiskTotal; t != nil {
+				w.u(t.Ranges)
+				w.u(t.Units)
+			}
 		}
 		w.set(p.atRisk)
 	}
@@ -88,9 +105,11 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 func (l *Ledger) UnmarshalBinary(data []byte) error {
 	r := reader{b: data}
 	var n Ledger
-	if v := r.u(); v != snapshotVersion && r.err == nil {
-		return fmt.Errorf("%w: version %d, this build reads %d", ErrCorruptSnapshot, v, snapshotVersion)
+	v := r.u()
+	if v != 1 && v != snapshotVersion && r.err == nil {
+		return fmt.Errorf("%w: version %d, this build reads 1 and %d", ErrCorruptSnapshot, v, snapshotVersion)
 	}
+	r.v = v
 	n.session = r.s()
 	n.status = status(r.small(uint64(statusClosed)))
 	n.unit = unitCode(r.small(uint64(len(unitNames) - 1)))
@@ -100,6 +119,10 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 	n.firstSeq = r.u()
 	n.lastSeq = r.u()
 	n.accepted = r.u()
+	if v >= 2 {
+		n.spillAccepted = r.u()
+		n.spillBytes = r.u()
+	}
 	for _, s := range []*RangeSet{&n.received, &n.truncated, &n.committed, &n.spilled, &n.waived} {
 		*s = r.set()
 	}
@@ -112,6 +135,9 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 		n.halt = &h
 	}
 	n.haltReq = r.s()
+	if v >= 2 {
+		n.tick = r.u()
+	}
 	if k := r.count(); k > 0 {
 		n.requests = make(map[string]*request, k)
 		prev := ""
@@ -124,8 +150,23 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 			q := &request{evaluated: r.flag(), allowed: r.flag(), coverage: r.set()}
 			q.ids = r.ids(maxEvalIDs)
 			q.commits = r.ids(maxEvalIDs)
+			if v >= 2 {
+				q.used = r.u()
+			} else {
+				n.tick++ // version 1: used in the order of the ids
+				q.used = n.tick
+			}
 			n.requests[key] = q
 		}
+	}
+	if v >= 2 {
+		n.forgotten = r.ids(maxForgotten)
+		n.forgottenAll = r.u()
+	} else if n.lastSpill != nil {
+		// Version 1 spilled [0, head) in full each time: the newest spill
+		// holds every event up to its last_seq.
+		n.spillAccepted = n.lastSpill.Events
+		n.spillBytes = n.lastSpill.Size
 	}
 	n.resumes = r.ids(maxResumeIDs)
 	if r.flag() {
@@ -137,11 +178,16 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 		p.requestID = r.s()
 		k := r.count()
 		for i := 0; i < k && r.err == nil; i++ {
-			p.reasons = append(p.reasons, events.Reason{
+			reason := events.Reason{
 				Code:    events.ReasonCode(r.s()),
 				Message: r.s(),
 				AtRisk:  nonNil(r.set().Ranges()),
-			})
+			}
+			if v >= 2 && r.flag() {
+				reason.AtRiskTruncated = true
+				reason.AtRiskTotal = &events.AtRiskTotal{Ranges: r.u(), Units: r.u()}
+			}
+			p.reasons = append(p.reasons, reason)
 		}
 		p.atRisk = r.set()
 		n.pending = p
@@ -181,6 +227,17 @@ func (l *Ledger) check() error {
 	}
 	if l.head > events.MaxOffset || l.span > events.MaxOffset {
 		return bad("offset above the maximum")
+	}
+	if l.spillAccepted > l.accepted || (l.lastSpill == nil) != (l.spills == 0) || l.lastSpill == nil && (l.spillBytes != 0 || l.spillAccepted != 0) {
+		return bad("spill counters that do not fit the spills")
+	}
+	if l.forgottenAll < uint64(len(l.forgotten)) {
+		return bad("fewer request ids forgotten than remembered as forgotten")
+	}
+	for _, q := range l.requests {
+		if q.used > l.tick || q.used == 0 {
+			return bad("a request used later than the ledger's clock")
+		}
 	}
 	return nil
 }
@@ -226,11 +283,16 @@ func (w *writer) handle(h *events.SpillHandle) {
 	w.u(h.Events)
 	w.u(h.FirstSeq)
 	w.u(h.LastSeq)
+	w.flag(h.Previous != nil)
+	if h.Previous != nil {
+		w.s(*h.Previous)
+	}
 }
 
 type reader struct {
 	b   []byte
 	err error
+	v   uint64 // the snapshot's version
 }
 
 func (r *reader) fail(what string) {
@@ -347,9 +409,14 @@ func (r *reader) ids(limit int) []uint64 {
 }
 
 func (r *reader) handle() *events.SpillHandle {
-	return &events.SpillHandle{
+	h := &events.SpillHandle{
 		Bucket: r.s(), Name: r.s(), Digest: r.s(), Size: r.u(),
 		Range:  Range{Start: r.u(), End: r.u()},
 		Events: r.u(), FirstSeq: r.u(), LastSeq: r.u(),
 	}
+	if r.v >= 2 && r.flag() {
+		prev := r.s()
+		h.Previous = &prev
+	}
+	return h
 }

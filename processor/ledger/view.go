@@ -29,6 +29,12 @@ type View struct {
 
 	Spills    uint32              // spills written and verified
 	LastSpill *events.SpillHandle // the newest spill, nil when none
+	// SpilledBytes is the size of all the spills together, what the spill
+	// quota is held against.
+	SpilledBytes uint64
+	// ForgottenRequests counts the request ids (decided under rules 2 to
+	// 5) forgotten to keep at most Limits.MaxRequests.
+	ForgottenRequests uint64
 	// Halt holds the unrecoverable ranges of a halted session (and of one
 	// closed while halted); HaltRequest is the compaction that halted it.
 	Halt        *RangeSet
@@ -67,6 +73,9 @@ func (l *Ledger) View() View {
 		Spilled:   l.spilled.Clone(),
 		Waived:    l.waived.Clone(),
 		Spills:    l.spills,
+
+		SpilledBytes:      l.spillBytes,
+		ForgottenRequests: l.forgottenAll,
 	}
 	if l.lastSpill != nil {
 		h := *l.lastSpill

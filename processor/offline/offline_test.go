@@ -54,6 +54,36 @@ func TestSpillAndJournal(t *testing.T) {
 	assert.Equal(t, 3, sum.Sessions[0].Accepted)
 }
 
+// A second spill holds only the events after the first one's last_seq and
+// names the first as its previous.
+func TestSecondSpillIsIncremental(t *testing.T) {
+	more := story + `{"specversion":"1.0","id":"5","source":"s","type":"io.seamguard.turn.appended","subject":"a","data":{"offset":4,"size":2}}
+{"specversion":"1.0","id":"6","source":"s","type":"io.seamguard.context.truncated","subject":"a","data":{"range":{"start":4,"end":5}}}
+{"specversion":"1.0","id":"7","source":"s","type":"io.seamguard.compaction.requested","subject":"a","data":{"request_id":"r2","summarizer_input":{"start":1,"end":6},"summary_range":{"start":1,"end":4},"tail_start":4}}
+`
+	var out bytes.Buffer
+	dir := t.TempDir()
+	r := &Runner{SpillDir: dir, Out: &out}
+	_, err := r.Run(context.Background(), strings.NewReader(more))
+	require.NoError(t, err)
+	var handles []*events.SpillHandle
+	for _, v := range verdicts(t, out.String()) {
+		if h, ok := v.Data.(*events.SpillHandle); ok {
+			handles = append(handles, h)
+		}
+	}
+	require.Len(t, handles, 2, out.String())
+	assert.Nil(t, handles[0].Previous)
+	require.NotNil(t, handles[1].Previous)
+	assert.Equal(t, "a/1.jsonl", *handles[1].Previous)
+	assert.Equal(t, uint64(5), handles[1].FirstSeq)
+	assert.Equal(t, uint64(3), handles[1].Events)
+	b, err := os.ReadFile(filepath.Join(dir, "a", "2.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, strings.Count(string(b), "\n"))
+	assert.True(t, strings.HasPrefix(string(b), `{"specversion":"1.0","id":"5"`), string(b))
+}
+
 // A spill that cannot be written halts the session with the at-risk offsets.
 func TestSpillFailureHalts(t *testing.T) {
 	var out bytes.Buffer
