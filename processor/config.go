@@ -105,6 +105,14 @@ type Config struct {
 	// Policy says whether an unrecoverable compaction spills (the default)
 	// or halts.
 	Policy ledger.Policy
+	// Limits bound each session's ledger (ranges in a set, remembered
+	// request ids, snapshot bytes, spill quota); the zero value is
+	// ledger's defaults. An event that would pass one is rejected
+	// (state_limit) and halts its session. The snapshot limit in force is
+	// also kept under the session bucket's value limit and the server's
+	// max payload. Every instance, and every replay or check of the same
+	// events, must use the same limits to decide alike.
+	Limits ledger.Limits
 	// SpillRetries is how many times a failing object store put is tried;
 	// 0 means 3.
 	SpillRetries int
@@ -246,7 +254,7 @@ func (c Config) Validate() error {
 	if c.Durable != "" && strings.ContainsAny(c.Durable, ".*> \t") {
 		errs = append(errs, fmt.Errorf("processor: Durable %q may not hold '.', '*', '>' or white space", c.Durable))
 	}
-	if err := (ledger.Config{Policy: c.Policy}).Validate(); err != nil {
+	if err := (ledger.Config{Policy: c.Policy, Limits: c.Limits}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

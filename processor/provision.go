@@ -24,6 +24,8 @@ type Resources struct {
 	Sessions jetstream.KeyValue
 	Spills   jetstream.ObjectStore
 	Leases   jetstream.KeyValue
+	// SessionsMaxValue is the session bucket's value limit, 0 for none.
+	SessionsMaxValue int
 	// Partitions is the partition count in force: the configuration's,
 	// or, where it leaves it 0, the existing events stream's (the default
 	// for a new stream).
@@ -111,6 +113,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		}
 		if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage != storage {
 			return nil, fmt.Errorf("%w: bucket %s has %s storage, the configuration asks for %s", ErrIncompatible, n.Sessions, info.StreamInfo().Config.Storage, storage)
+		}
+		if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.MaxMsgSize > 0 {
+			res.SessionsMaxValue = int(info.StreamInfo().Config.MaxMsgSize)
 		}
 	}
 	res.Spills, err = ensureSpills(ctx, js, n.Spills, storage, c)

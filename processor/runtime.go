@@ -31,6 +31,7 @@ type Processor struct {
 	res    *Resources
 	store  *spill.Store
 	enc    events.Encoder
+	lcfg   ledger.Config // the decision settings in force
 	subj   events.Subjects
 	log    *slog.Logger
 	now    func() time.Time
@@ -81,13 +82,42 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 		o(p)
 	}
 	p.enc = events.Encoder{Source: cfg.Source, Subjects: p.subj, Now: p.now}
+	p.lcfg = ledger.Config{Policy: cfg.Policy, Limits: stateLimits(cfg.Limits, res, js.Conn().MaxPayload(), p.log)}
 	p.store = &spill.Store{
 		JS: js, Stream: cfg.Names().Events, Subjects: p.subj, Bucket: cfg.Names().Spills,
 		Retries: cfg.SpillRetries, Verify: cfg.SpillVerify,
 		RegistrationTTL: min(spill.DefaultRegistrationTTL, cfg.SweepMinAge),
+		Ledger:          p.lcfg,
 	}
 	p.status = js.Conn().Status
 	return p, nil
+}
+
+// stateMargin is what a stored state takes beyond the ledger's snapshot:
+// its own header, and the headers of the bucket write.
+const stateMargin = 1 << 10
+
+// stateLimits returns l with its snapshot limit kept under what the
+// session bucket and the server take, so that a state the ledger allows is
+// one the bucket stores.
+func stateLimits(l ledger.Limits, res *Resources, maxPayload int64, log *slog.Logger) ledger.Limits {
+	want := l.MaxSnapshotBytes
+	if want == 0 {
+		want = ledger.DefaultMaxSnapshotBytes
+	}
+	most := int64(want)
+	if maxPayload > 0 {
+		most = min(most, maxPayload-stateMargin)
+	}
+	if v := res.SessionsMaxValue; v > 0 {
+		most = min(most, int64(v)-stateMargin)
+	}
+	most = max(most, int64(ledger.MinSnapshotBytes))
+	if most < int64(want) {
+		log.Info("session snapshots limited below the configured limit, to what the bucket and server take", "configured", want, "limit", most)
+	}
+	l.MaxSnapshotBytes = int(most)
+	return l
 }
 
 // Resources returns the JetStream handles the processor provisioned.
@@ -1182,7 +1212,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 	}
 	ev.Meta.Seq = seq
 	p.obs.Input(ev.Type)
-	cfg := ledger.Config{Policy: p.cfg.Policy}
+	cfg := p.lcfg
 	l, err := sess.ledger()
 	if err != nil {
 		return nil, "", err
