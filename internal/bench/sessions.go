@@ -35,10 +35,10 @@ type SessionsResult struct {
 	SnapshotBytes float64 `json:"snapshot_bytes_per_session"`
 	// MaxSessions is the processor's cap on sessions in memory; Held is how
 	// many it held at the end, Dropped how many left memory past the cap.
-	MaxSessions int    `json:"max_sessions"`
-	Held        int    `json:"held_sessions"`
-	Dropped     uint64 `json:"dropped_sessions"`
-	Stages        []Stage `json:"stages"`
+	MaxSessions int     `json:"max_sessions"`
+	Held        int     `json:"held_sessions"`
+	Dropped     uint64  `json:"dropped_sessions"`
+	Stages      []Stage `json:"stages"`
 }
 
 // Stage is one slice of the sessions: how fast they were opened (published
