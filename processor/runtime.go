@@ -66,6 +66,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	}
 	cfg.Partitions = res.Partitions
 	cfg = cfg.withDefaults()
+	// Every verdict is at most events.MaxOutputBytes: a server that takes
+	// less could refuse one for good, which no retry would fix.
+	if mp := js.Conn().MaxPayload(); mp > 0 && mp < events.MaxOutputBytes+stateMargin {
+		return nil, fmt.Errorf("processor: the NATS server's max_payload is %d bytes; seamguard needs at least %d (a verdict takes up to %d): raise max_payload in the server's configuration",
+			mp, events.MaxOutputBytes+stateMargin, events.MaxOutputBytes)
+	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = autoReplicas(js.Conn())
 	}
