@@ -326,6 +326,14 @@ func (h *hostileServe) stop() {
 	assert.True(t, waitStatus(h.health+"/readyz", http.StatusOK, 10*time.Second),
 		"/readyz is not 200 at the end of the case, once every input was handled")
 	h.ready.check(t, h.sessions)
+	var read, stored uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		stored, read = streamMsgs(context.Background(), h.js, "SEAMGUARD_VERDICTS"), uint64(len(h.verdicts.all()))
+		if read == stored {
+			break
+		}
+	}
+	assert.Equal(t, stored, read, "the harness read every verdict stored")
 	took, err := h.p.term(hostileTerm)
 	assert.NoError(t, err, "SIGTERM")
 	t.Logf("SIGTERM: serve exited after %s", took.Round(time.Millisecond))
@@ -1058,7 +1066,7 @@ func hostileManyRequests(t *testing.T, hs *hostileSuite) {
 func hostileManyRanges(t *testing.T, hs *hostileSuite) {
 	m := hs.plan.Ranges
 	if hs.flags["max-ranges"] && hs.plan.MaxRanges > 0 {
-		m = hs.plan.MaxRanges + 1
+		m = hs.plan.MaxRanges + 10
 	}
 	if m == 0 {
 		t.Skipf("serve has no --max-ranges, and the route needs 524,300 truncations without it: run -hostile=full")
@@ -1174,7 +1182,10 @@ func hostileFullDisk(t *testing.T, hs *hostileSuite) {
 	half, q3 := len(clean)/2, len(clean)*3/4
 	phase1 := append(mix(clean[:half], 1, s.Items[:turns]), s.Items[turns:request]...)
 	require.NoError(t, h.publish(append(phase1, clean[half:q3]...)))
-	h.await("hostile-c's halt", 3*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "c1"); return ok })
+	published := time.Now()
+	if h.await("hostile-c's halt", 3*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "c1"); return ok }) {
+		t.Logf("c1 decided %s after it was published", time.Since(published).Round(100*time.Millisecond))
+	}
 	err := h.publish(append(append([]workload.Item(nil), clean[q3:]...), s.Items[request:]...))
 	assert.NoError(t, err, "publishing the rest of the fleet after hostile-c's spill failed (are the failed spill's chunks still there?)")
 	if err == nil {
