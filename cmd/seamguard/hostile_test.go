@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1330,23 +1331,33 @@ func hostileKillMidSpill(t *testing.T, hs *hostileSuite) {
 
 	h := hs.startHostile(t, t.TempDir())
 	h.sessions = []string{s.ID}
-	// Count the chunks as they are published.
+	// Count the chunks as they are published, and kill serve from the
+	// subscription once a fifth of the spill's chunks are out (no clean
+	// spill has more than one).
+	at := max(4, hs.plan.KillTurns*256_000/spill.DefaultChunkSize/5)
 	var mu sync.Mutex
 	chunks := map[string]int{}
 	var most atomic.Int64
+	var killed atomic.Bool
 	nc := h.js.Conn()
 	sub, err := nc.Subscribe("$O."+spillBucket+".C.>", func(m *nats.Msg) {
 		mu.Lock()
 		chunks[m.Subject]++
-		most.Store(max(most.Load(), int64(chunks[m.Subject])))
+		n := chunks[m.Subject]
 		mu.Unlock()
+		most.Store(max(most.Load(), int64(n)))
+		if n >= at && !killed.Swap(true) {
+			h.p.mu.Lock()
+			_ = h.p.cmd.Process.Signal(syscall.SIGKILL)
+			h.p.mu.Unlock()
+		}
 	})
 	require.NoError(t, err)
 	require.NoError(t, sub.SetPendingLimits(-1, -1))
 	require.NoError(t, nc.Flush())
 	require.NoError(t, h.publish(mix(hs.clean.Items, 0.5, s.Items)))
 	spilled := func() bool { return len(h.verdicts.of(s.ID, events.TypeTranscriptSpilled)) > 0 }
-	begun := h.await("hostile-e's spill to be under way", 3*time.Minute, func() bool { return most.Load() >= 8 || spilled() })
+	begun := h.await("hostile-e's spill to be under way", 3*time.Minute, func() bool { return killed.Load() || spilled() })
 	require.True(t, begun, "hostile-e's spill never began")
 	require.False(t, spilled(), "hostile-e's spill finished before the harness could kill serve (%d chunks seen)", most.Load())
 	h.kill()
