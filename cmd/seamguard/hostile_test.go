@@ -86,7 +86,8 @@ const (
 // Limits that serve takes as flags (--max-requests, --max-snapshot-bytes,
 // --max-ranges, --spill-quota, --sweep-interval, --retry-timeout) are
 // passed when `serve -h` lists them; without them the routes run at the
-// issue's sizes. -hostile=full runs the issue's sizes throughout:
+// issue's sizes. -hostile=full runs the issue's sizes throughout, and
+// -hostile-logs=DIR keeps each case's serve log:
 //
 //	go test ./cmd/seamguard -run TestHostile -v -hostile=full -timeout 60m
 func TestHostile(t *testing.T) {
@@ -316,7 +317,7 @@ func (h *hostileServe) start() {
 
 // kill ends serve with SIGKILL, checking its readiness record first.
 func (h *hostileServe) kill() {
-	h.ready.check(h.t, h.sessions)
+	h.ready.check(h.t, h.sessions, h.p.String())
 	h.p.kill()
 }
 
@@ -326,7 +327,7 @@ func (h *hostileServe) stop() {
 	t := h.t
 	assert.True(t, waitStatus(h.health+"/readyz", http.StatusOK, 10*time.Second),
 		"/readyz is not 200 at the end of the case, once every input was handled")
-	h.ready.check(t, h.sessions)
+	h.ready.check(t, h.sessions, h.p.String())
 	var read, stored uint64
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		stored, read = streamMsgs(context.Background(), h.js, "SEAMGUARD_VERDICTS"), uint64(len(h.verdicts.all()))
@@ -839,9 +840,9 @@ func (w *readyWatch) pendingNow() int {
 
 // check stops the watch and asserts what it saw: /readyz never 200 while
 // the processor could not consume, and every episode of 503 that lasted
-// named what was stuck (in /readyz's body or in a stuck-sessions metric)
-// and was over by the end.
-func (w *readyWatch) check(t *testing.T, sessions []string) {
+// said why; when it blamed a session, it named it, a seamguard_*stuck*
+// metric was above 0, and a log line about a stuck session named it too.
+func (w *readyWatch) check(t *testing.T, sessions []string, logs string) {
 	t.Helper()
 	close(w.stop)
 	<-w.done
@@ -875,11 +876,29 @@ func (w *readyWatch) check(t *testing.T, sessions []string) {
 			}
 			assert.True(t, named, "/readyz blames a session but names none of %q: %q", sessions, b)
 			assert.NotEmpty(t, e.stuck, "/readyz blames a session (%q) but no seamguard_*stuck* metric is above 0", b)
+			assert.True(t, stuckLogged(logs, sessions), "/readyz blames a session (%q) but no log line about a stuck session names one of %q", b, sessions)
 		}
 	}
 	t.Logf("/readyz samples by status %v; %d episodes of 503 after ready%s; stalls: %q",
 		w.samples, len(w.episodes), strings.Join(append([]string{""}, eps...), "\n  "), w.stalls)
 	assert.Zero(t, w.lies, "/readyz said 200 while the processor could not consume, %d times: %q", w.lies, w.lieNotes)
+}
+
+// stuckLogged reports whether a JSON log line whose message speaks of a
+// stuck session names one of sessions in its session attribute.
+func stuckLogged(logs string, sessions []string) bool {
+	for _, l := range strings.Split(logs, "\n") {
+		var m struct{ Msg, Session string }
+		if json.Unmarshal([]byte(l), &m) != nil || !strings.Contains(strings.ToLower(m.Msg), "stuck") {
+			continue
+		}
+		for _, s := range sessions {
+			if m.Session == s {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // retryRun is a run of log lines retrying one thing.
@@ -1329,7 +1348,7 @@ func hostileKillMidSpill(t *testing.T, hs *hostileSuite) {
 	s.Turns(4, 1)
 	s.Compact("e1", workload.R(8, s.Head), workload.R(8, s.Head-4), s.Head-4, false)
 
-	h := hs.startHostile(t, t.TempDir())
+	h := hs.startHostile(t, t.TempDir(), "spill-quota", strconv.Itoa(1<<30))
 	h.sessions = []string{s.ID}
 	// Count the chunks as they are published, and kill serve from the
 	// subscription once a fifth of the spill's chunks are out (no clean
