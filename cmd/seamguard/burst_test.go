@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -77,25 +78,33 @@ func procStatus(pid int, field string) (uint64, error) {
 // windows, and waits for every ack.
 func publishFast(t *testing.T, js jetstream.JetStream, msgs []*nats.Msg) {
 	t.Helper()
+	require.NoError(t, publishAsync(js, msgs))
+}
+
+// publishAsync is publishFast, returning the first failure instead.
+func publishAsync(js jetstream.JetStream, msgs []*nats.Msg) error {
 	const window = 2000
 	for lo := 0; lo < len(msgs); lo += window {
 		hi := min(lo+window, len(msgs))
 		futs := make([]jetstream.PubAckFuture, 0, hi-lo)
 		for _, m := range msgs[lo:hi] {
 			f, err := js.PublishMsgAsync(m)
-			require.NoError(t, err)
+			if err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
 			futs = append(futs, f)
 		}
 		for _, f := range futs {
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
-				t.Fatalf("publish: %v", err)
+				return fmt.Errorf("publish: %w", err)
 			case <-time.After(time.Minute):
-				t.Fatal("publish: no ack within a minute")
+				return errors.New("publish: no ack within a minute")
 			}
 		}
 	}
+	return nil
 }
 
 // burst publishes the fleet to a fresh server with no processor running,

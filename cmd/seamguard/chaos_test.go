@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -115,6 +114,19 @@ func chaosFleet(sessions int) *workload.Workload {
 	return workload.Interleave(scripts, r)
 }
 
+// readSpill reads the spill called name back from the object store and
+// returns the digest and size of what it read.
+func readSpill(ctx context.Context, store *spill.Store, name string) (digest string, size uint64, err error) {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := store.Get(ctx, name, pw)
+		pw.CloseWithError(err)
+	}()
+	digest, size, err = spill.Digest(pr)
+	_ = pr.Close()
+	return digest, size, err
+}
+
 // chaosServer is a NATS server the harness can restart on the same port and
 // storage.
 type chaosServer struct {
@@ -159,6 +171,7 @@ type procRunner struct {
 	t    *testing.T
 	bin  string
 	url  string
+	args []string // not nil: serve's flags instead of those for url
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	logs bytes.Buffer
@@ -169,8 +182,12 @@ func (p *procRunner) start() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n++
-	cmd := exec.Command(p.bin, "serve", "--nats-url", p.url, "--source", "urn:seamguard:test",
-		"--shards", "4", "--ack-wait", "2s", "--lease-ttl", "1s", "--log-level", "warn")
+	args := p.args
+	if args == nil {
+		args = []string{"--nats-url", p.url, "--source", "urn:seamguard:test",
+			"--shards", "4", "--ack-wait", "2s", "--lease-ttl", "1s", "--log-level", "warn"}
+	}
+	cmd := exec.Command(p.bin, append([]string{"serve"}, args...)...)
 	fmt.Fprintf(&p.logs, "--- process %d\n", p.n)
 	cmd.Stdout, cmd.Stderr = &syncWriter{mu: &p.mu, w: &p.logs}, &syncWriter{mu: &p.mu, w: &p.logs}
 	require.NoError(p.t, cmd.Start())
@@ -188,24 +205,41 @@ func (p *procRunner) kill() {
 
 // stop sends SIGTERM and waits for the drain; serve must exit 0.
 func (p *procRunner) stop() error {
+	_, err := p.term(time.Minute)
+	return err
+}
+
+// term sends SIGTERM and waits up to limit for serve to exit, then kills
+// it. It returns how long serve took to exit (limit when it was killed) and
+// an error unless it exited 0 within limit.
+func (p *procRunner) term(limit time.Duration) (time.Duration, error) {
 	p.mu.Lock()
 	cmd := p.cmd
 	p.mu.Unlock()
 	if cmd.ProcessState != nil {
-		return nil
+		return 0, nil
 	}
+	began := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
+		return 0, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		return err
-	case <-time.After(time.Minute):
+		return time.Since(began), err
+	case <-time.After(limit):
 		_ = cmd.Process.Kill()
-		return errors.New("serve did not exit within a minute of SIGTERM")
+		<-done
+		return limit, fmt.Errorf("serve did not exit within %s of SIGTERM; killed", limit)
 	}
+}
+
+// String returns everything the processes wrote so far.
+func (p *procRunner) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
 }
 
 func (p *procRunner) cleanup() {
@@ -474,12 +508,7 @@ func TestChaos(t *testing.T) {
 			rep.Spills++
 			var h events.SpillHandle
 			require.NoError(t, json.Unmarshal(v.Data, &h), "transcript.spilled: %s", body)
-			pr, pw := io.Pipe()
-			go func() {
-				_, err := store.Get(ctx, h.Name, pw)
-				pw.CloseWithError(err)
-			}()
-			digest, size, err := spill.Digest(pr)
+			digest, size, err := readSpill(ctx, store, h.Name)
 			if assert.NoError(t, err, "spill %s", h.Name) && assert.Equal(t, h.Digest, digest, "spill %s", h.Name) && assert.Equal(t, h.Size, size) {
 				rep.SpillsVerified++
 				rep.SpillBytes += size

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,6 +78,17 @@ func (s *Script) Turns(k int, size uint64) {
 		s.Event(events.TypeTurnAppended, map[string]any{"offset": s.Head, "size": size, "role": "tool",
 			"content": map[string]any{"n": s.N, "text": fmt.Sprintf("turn at %d of %s", s.Head, s.ID)}})
 		s.Head += size
+	}
+}
+
+// PaddedTurns appends k turns of size 1 at the head, each carrying about
+// pad bytes of content: a transcript of about k*pad bytes.
+func (s *Script) PaddedTurns(k, pad int) {
+	text := strings.Repeat("lorem ipsum dolor sit amet, ", pad/28+1)[:pad]
+	for range k {
+		s.Event(events.TypeTurnAppended, map[string]any{"offset": s.Head, "size": 1, "role": "tool",
+			"content": map[string]any{"n": s.N, "text": text}})
+		s.Head++
 	}
 }
 
