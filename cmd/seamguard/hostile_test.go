@@ -84,9 +84,9 @@ const (
 // 64 KiB; SIGTERM returns within 30 s.
 //
 // Limits that serve takes as flags (--max-requests, --max-snapshot-bytes,
-// --max-ranges, --spill-quota, --sweep-interval, --retry-timeout) are
-// passed when `serve -h` lists them; without them the routes run at the
-// issue's sizes. -hostile=full runs the issue's sizes throughout, and
+// --max-ranges, --spill-quota, --sweep-every, --sweep-min-age,
+// --retry-for) must all be listed by `serve -h`, so that the suite never
+// runs weaker than it says. -hostile=full runs the issue's sizes throughout, and
 // -hostile-logs=DIR keeps each case's serve log:
 //
 //	go test ./cmd/seamguard -run TestHostile -v -hostile=full -timeout 60m
@@ -154,13 +154,16 @@ func serveFlags(t *testing.T, bin string) map[string]bool {
 		flags[m[1]] = true
 	}
 	require.True(t, flags["data-dir"] && flags["health-listen"], "serve -h lists no flags:\n%s", out)
+	for _, f := range []string{"max-requests", "max-snapshot-bytes", "max-ranges", "spill-quota", "sweep-every", "sweep-min-age", "retry-for"} {
+		require.True(t, flags[f], "serve -h does not list --%s, which the suite needs:\n%s", f, out)
+	}
 	return flags
 }
 
 // limitFlags lists the section 7 flags serve has, of those the suite uses.
 func (hs *hostileSuite) limitFlags() []string {
 	var have []string
-	for _, f := range []string{"max-requests", "max-snapshot-bytes", "max-ranges", "spill-quota", "sweep-interval", "retry-timeout"} {
+	for _, f := range []string{"max-requests", "max-snapshot-bytes", "max-ranges", "spill-quota", "sweep-every", "sweep-min-age", "retry-for"} {
 		if hs.flags[f] {
 			have = append(have, "--"+f)
 		}
@@ -188,8 +191,9 @@ func (hs *hostileSuite) args(extra ...string) []string {
 			add(l.name, strconv.Itoa(l.v))
 		}
 	}
-	add("sweep-interval", "2s")
-	add("retry-timeout", "10s")
+	add("sweep-every", "2s")
+	add("sweep-min-age", "3s")
+	add("retry-for", "10s")
 	for i := 0; i+1 < len(extra); i += 2 {
 		add(extra[i], extra[i+1])
 	}
@@ -198,8 +202,8 @@ func (hs *hostileSuite) args(extra ...string) []string {
 
 // retryBound is how long one run of retries may last.
 func (hs *hostileSuite) retryBound() time.Duration {
-	if hs.flags["retry-timeout"] {
-		return 15 * time.Second // --retry-timeout 10s, and a backoff's slack
+	if hs.flags["retry-for"] {
+		return 15 * time.Second // --retry-for 10s, and a backoff's slack
 	}
 	return hostileRetryBound
 }
