@@ -110,9 +110,12 @@ func (e Encoder) Encode(o Output) (id, subject string, body []byte, err error) {
 		b = appendString(b, e.Now().UTC().Format(time.RFC3339Nano))
 	}
 	b = append(b, `,"datacontenttype":"application/json"`...)
-	if o.Cause.ID != "" {
+	if c := o.Cause.ID; c != "" {
 		b = append(b, `,"causationid":`...)
-		b = appendString(b, o.Cause.ID)
+		b = appendString(b, c)
+	} else if c := o.Cause.ReadID; c != "" {
+		b = append(b, `,"causationid":`...)
+		b = appendString(b, c)
 	}
 	b = append(b, `,"data":`...)
 	b = append(b, raw...)

@@ -171,6 +171,11 @@ type Cause struct {
 	ID     string // the input's CloudEvents id; empty when it had none
 	Source string
 	Meta   Meta
+	// ReadID is the id read from an input that could not be decoded (see
+	// ReadableID), when ID is empty: outputs carry it as their
+	// causationid, but their own ids still derive from the subject and
+	// sequence.
+	ReadID string
 }
 
 // CauseOf returns the cause that identifies ev.

@@ -68,7 +68,7 @@ func (d *Deriver) Apply(ctx context.Context, subject string, hdr map[string][]st
 		if !errors.As(derr, &e) {
 			e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
 		}
-		cause := events.Cause{Meta: events.Meta{Subject: subject, Seq: seq, Headers: headerCopy(hdr)}}
+		cause := events.Cause{Meta: events.Meta{Subject: subject, Seq: seq, Headers: headerCopy(hdr)}, ReadID: events.ReadableID(hdr, data)}
 		a.Outputs = []events.Output{ledger.Rejection(cause, a.Session, e)}
 		return a, nil
 	}

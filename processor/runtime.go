@@ -1213,7 +1213,7 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 		if sess != nil {
 			sid = sess.id
 		}
-		cause := events.Cause{Meta: events.Meta{Subject: subject, Seq: seq, Headers: headerMap(hdr)}}
+		cause := events.Cause{Meta: events.Meta{Subject: subject, Seq: seq, Headers: headerMap(hdr)}, ReadID: events.ReadableID(hdr, data)}
 		return []events.Output{ledger.Rejection(cause, sid, e)}, "seamguard: rejected: " + string(e.Code), nil
 	}
 	ev.Meta.Seq = seq

@@ -163,7 +163,11 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 				s.sum.Events++
 				s.sum.Rejected++
 			}
-			if err := emit([]events.Output{ledger.Rejection(events.Cause{Meta: meta}, sess, e)}, nil); err != nil {
+			cause := events.Cause{Meta: meta}
+			if !tooLong {
+				cause.ReadID = events.ReadableID(nil, line)
+			}
+			if err := emit([]events.Output{ledger.Rejection(cause, sess, e)}, nil); err != nil {
 				return sum, err
 			}
 		} else {
