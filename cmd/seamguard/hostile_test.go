@@ -1442,6 +1442,11 @@ func orphanChunks(ctx context.Context, js jetstream.JetStream) (map[string]uint6
 	}
 	for _, oi := range infos {
 		live[oi.NUID] = true
+		// A spill keeps the state its next spill starts from in chunks of
+		// its own, named in its metadata.
+		if st := oi.Metadata["seamguard-state-nuid"]; st != "" {
+			live[st] = true
+		}
 	}
 	orphans := map[string]uint64{}
 	for subj, n := range info.State.Subjects {
