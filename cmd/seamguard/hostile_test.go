@@ -115,6 +115,7 @@ func TestHostile(t *testing.T) {
 		{"full-disk", hostileFullDisk},
 		{"spill-amplification", hostileAmplification},
 		{"kill-mid-spill", hostileKillMidSpill},
+		{"stuck-then-cleared", hostileStuck},
 	} {
 		t0 := time.Now()
 		verdict := "not run"
@@ -1236,6 +1237,75 @@ func hostileFullDisk(t *testing.T, hs *hostileSuite) {
 	if assert.NoError(t, h.publish(late.Items), "publishing after a restart") {
 		h.awaitClean("late")
 		h.checkClean("late")
+	}
+	h.stop()
+	h.done()
+}
+
+// hostileStuck: the session bucket's value limit is lowered under a
+// running serve (an operator's mistake, a failure retrying cannot fix), and
+// a session whose state outgrows it arrives with small sessions around it.
+// That session is stuck: /readyz turns 503 naming it, the stuck metric and
+// a log line name it, and the small sessions are all decided meanwhile.
+// Once the limit is lifted, its redelivered inputs are applied, /readyz is
+// 200 again, and its request is decided once.
+func hostileStuck(t *testing.T, hs *hostileSuite) {
+	const limit = 512
+	s := &workload.Script{ID: "hostile-f"}
+	s.Open("turns", 2, "turns")
+	s.Turns(400, 1)
+	for i := range uint64(190) { // under the case's --max-ranges
+		s.Truncate(2*i, 2*i+1)
+	}
+	s.Compact("f1", workload.R(0, s.Head), workload.R(0, s.Head-2), s.Head-2, false)
+	var small []workload.Item
+	for i := range 40 {
+		l := &workload.Script{ID: fmt.Sprintf("small-%03d", i)}
+		l.Open("turns", 2, "turns")
+		l.Turns(4, 1)
+		l.Compact("s1", workload.R(0, 4), workload.R(0, 2), 2, false)
+		small = append(small, l.Items...)
+	}
+
+	h := hs.startHostile(t, t.TempDir())
+	h.sessions = []string{s.ID}
+	require.NoError(t, h.publish(hs.clean.Items))
+	h.awaitClean("clean")
+	h.checkClean("clean")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	setLimit := func(n int32) {
+		t.Helper()
+		str, err := h.js.Stream(ctx, "KV_seamguard-sessions")
+		require.NoError(t, err)
+		cfg := str.CachedInfo().Config
+		cfg.MaxMsgSize = n
+		_, err = h.js.UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+	}
+	setLimit(limit)
+	require.NoError(t, h.publish(mix(small, 1, s.Items)))
+	h.awaitClean("small")
+	h.checkClean("small")
+	stuck := waitStatus(h.health+"/readyz", http.StatusServiceUnavailable, 30*time.Second)
+	if assert.True(t, stuck, "/readyz stays 200 while hostile-f's state cannot be stored") {
+		_, body := getStatus(h.health + "/readyz")
+		assert.Contains(t, body, "session hostile-f", "/readyz names the stuck session")
+		assert.Contains(t, stuckMetrics(h.health+"/metrics"), `session="hostile-f"`, "the stuck metric names the session")
+	}
+	assert.Regexp(t, `"msg":"session stuck[^"]*","session":"hostile-f"`, h.p.String(), "a log line names the stuck session")
+
+	setLimit(-1)
+	assert.True(t, waitStatus(h.health+"/readyz", http.StatusOK, 30*time.Second), "/readyz is not 200 once the limit is lifted")
+	if h.await("hostile-f's request", time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "f1"); return ok }) {
+		counts := map[string]int{}
+		for _, v := range h.verdicts.of(s.ID, "") {
+			counts[v.Type]++
+		}
+		for typ, n := range counts {
+			assert.Equal(t, 1, n, "hostile-f's %s verdicts: each once", typ)
+		}
 	}
 	h.stop()
 	h.done()
