@@ -868,26 +868,32 @@ func (w *readyWatch) check(t *testing.T, sessions []string, logs string) {
 		if e.samples < 2 {
 			continue
 		}
-		// When /readyz blames a session, it names one, and the stuck
-		// sessions metric counts it.
+		// When /readyz blames sessions, it names them, the stuck sessions
+		// metric counts them, and a log line names them. A session other
+		// than the hostile ones may be stuck too, for a while, when what
+		// the hostile one did is shared (the store filled by its spill):
+		// the clean sessions' verdicts are checked on their own.
 		for _, b := range bodies {
 			assert.NotEmpty(t, b, "/readyz was 503 from %s without saying why", e.from.Format("15:04:05.0"))
-			if !strings.Contains(strings.ToLower(b), "session") {
+			named := stuckNamed.FindAllStringSubmatch(b, -1)
+			if len(named) == 0 {
 				continue
 			}
-			named := false
-			for _, s := range sessions {
-				named = named || strings.Contains(b, s)
+			var blamed []string
+			for _, m := range named {
+				blamed = append(blamed, m[1])
 			}
-			assert.True(t, named, "/readyz blames a session but names none of %q: %q", sessions, b)
-			assert.NotEmpty(t, e.stuck, "/readyz blames a session (%q) but no seamguard_*stuck* metric is above 0", b)
-			assert.True(t, stuckLogged(logs, sessions), "/readyz blames a session (%q) but no log line about a stuck session names one of %q", b, sessions)
+			assert.NotEmpty(t, e.stuck, "/readyz blames sessions %q but no seamguard_*stuck* metric is above 0", blamed)
+			assert.True(t, stuckLogged(logs, blamed), "/readyz blames sessions %q but no log line about a stuck session names one of them", blamed)
 		}
 	}
 	t.Logf("/readyz samples by status %v; %d episodes of 503 after ready%s; stalls: %q",
 		w.samples, len(w.episodes), strings.Join(append([]string{""}, eps...), "\n  "), w.stalls)
 	assert.Zero(t, w.lies, "/readyz said 200 while the processor could not consume, %d times: %q", w.lies, w.lieNotes)
 }
+
+// stuckNamed finds the sessions a /readyz body says are stuck.
+var stuckNamed = regexp.MustCompile(`(?:^|; |: )session ([A-Za-z0-9_-]{1,128}): `)
 
 // stuckLogged reports whether a JSON log line whose message speaks of a
 // stuck session names one of sessions in its session attribute.
