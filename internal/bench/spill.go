@@ -275,25 +275,10 @@ func publishTranscript(ctx context.Context, js jetstream.JetStream, g *gen, subj
 	var sent int64
 	var req *ledger.SpillRequest
 	apply := func(msgs []*nats.Msg) error {
-		seqs, err := publishAll(ctx, js, msgs, 1024)
-		if err != nil {
-			return err
-		}
-		for i, m := range msgs {
-			ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, subj)
-			if err != nil {
-				return err
-			}
-			ev.Meta.Seq = seqs[i]
-			r, err := ledger.Step(&l, ledger.Input{Event: ev}, ledger.Config{})
-			if err != nil {
-				return err
-			}
-			if r.Spill != nil {
-				req = r.Spill
-			}
-		}
-		return nil
+		return publishStepped(ctx, js, subj, &l, msgs, func(r ledger.SpillRequest) error {
+			req = &r
+			return nil
+		})
 	}
 	batch := []*nats.Msg{g.open(session, 12)}
 	for sent < size {
@@ -320,12 +305,38 @@ func publishTranscript(ctx context.Context, js jetstream.JetStream, g *gen, subj
 	return *req, nil
 }
 
+// publishStepped publishes msgs and steps l with each, as the processor
+// would, calling spill with every spill request l makes (which must Step
+// its result before returning, if it is to go on).
+func publishStepped(ctx context.Context, js jetstream.JetStream, subj events.Subjects, l *ledger.Ledger, msgs []*nats.Msg, spill func(ledger.SpillRequest) error) error {
+	seqs, err := publishAll(ctx, js, msgs, 1024)
+	if err != nil {
+		return err
+	}
+	for i, m := range msgs {
+		ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, subj)
+		if err != nil {
+			return err
+		}
+		ev.Meta.Seq = seqs[i]
+		r, err := ledger.Step(l, ledger.Input{Event: ev}, ledger.Config{})
+		if err != nil {
+			return err
+		}
+		if r.Spill != nil {
+			if err := spill(*r.Spill); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // runAmplification opens a session with 64 turns of 8 KiB, spills it, then
 // spills it again after each of rounds rounds of one 8 KiB turn, its
 // truncation and a compaction that puts that turn at risk. A ledger is
 // stepped alongside, as the processor would, and each spill request it
-// makes is written (one that asks for the whole transcript is turned into
-// the stretch after the previous spill, as the incremental ledger asks).
+// makes (the stretch after the previous spill) is written.
 func runAmplification(ctx context.Context, js jetstream.JetStream, store *spill.Store, subj events.Subjects, g *gen, rounds int) (*Amplification, error) {
 	const session, turn, initial = "spill-amp", 8 << 10, 64
 	a := &Amplification{Rounds: rounds, TurnBytes: turn}
@@ -337,27 +348,7 @@ func runAmplification(ctx context.Context, js jetstream.JetStream, store *spill.
 		writes time.Duration
 	)
 	send := func(msgs ...*nats.Msg) error {
-		seqs, err := publishAll(ctx, js, msgs, 1024)
-		if err != nil {
-			return err
-		}
-		for i, m := range msgs {
-			ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, subj)
-			if err != nil {
-				return err
-			}
-			ev.Meta.Seq = seqs[i]
-			r, err := ledger.Step(&l, ledger.Input{Event: ev}, ledger.Config{})
-			if err != nil {
-				return err
-			}
-			if r.Spill == nil {
-				continue
-			}
-			req := *r.Spill
-			if prev != nil && req.Previous == "" {
-				req.FirstSeq, req.Events, req.Previous = prev.LastSeq+1, r.Spill.Events-prev.Events, prev.Name
-			}
+		return publishStepped(ctx, js, subj, &l, msgs, func(req ledger.SpillRequest) error {
 			start := time.Now()
 			h, err := store.Write(ctx, req)
 			if err != nil {
@@ -371,12 +362,10 @@ func runAmplification(ctx context.Context, js jetstream.JetStream, store *spill.
 			chain += h.Size
 			a.IncrementalBytes += h.Size
 			a.FullBytes += chain
-			prev = r.Spill
-			if _, err := ledger.Step(&l, ledger.Input{Spill: &ledger.SpillResult{Handle: h}}, ledger.Config{}); err != nil {
-				return err
-			}
-		}
-		return nil
+			prev = &req
+			_, err = ledger.Step(&l, ledger.Input{Spill: &ledger.SpillResult{Handle: h}}, ledger.Config{})
+			return err
+		})
 	}
 	// Everything before the tail is at risk: the summary covers nothing.
 	request := func(n int) *nats.Msg {
