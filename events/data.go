@@ -1,6 +1,9 @@
 package events
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // decodeData decodes the data of an input event of type typ (already known
 // to be an input type) into its typed body. data is compacted JSON, nil when
@@ -28,6 +31,18 @@ func decodeData(typ string, data json.RawMessage) (any, *Error) {
 		return o.turnAppended()
 	case TypeContextTruncated:
 		return o.contextTruncated()
+	case TypeContextPinned:
+		r, err := o.pinRange("the offsets to pin")
+		if err != nil {
+			return nil, err
+		}
+		return &ContextPinned{Range: r}, nil
+	case TypeContextUnpinned:
+		r, err := o.pinRange("the offsets to unpin")
+		if err != nil {
+			return nil, err
+		}
+		return &ContextUnpinned{Range: r}, nil
 	case TypeCompactionRequested:
 		return o.compactionRequested()
 	case TypeCompactionCommitted:
@@ -234,7 +249,11 @@ func (o obj) turnAppended() (*TurnAppended, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &TurnAppended{Offset: offset, Size: size, Role: role, Tokens: tokens}
+	pinned, err := o.boolean("pinned", "whether the turn is a rule that must stay in the working context")
+	if err != nil {
+		return nil, err
+	}
+	t := &TurnAppended{Offset: offset, Size: size, Role: role, Tokens: tokens, Pinned: pinned}
 	if raw, ok := o.m["content"]; ok {
 		t.Content = raw // any JSON, kept as received (compacted)
 	}
@@ -255,6 +274,51 @@ func (o obj) contextTruncated() (*ContextTruncated, *Error) {
 		return nil, err
 	}
 	return &ContextTruncated{Range: r, Stage: stage}, nil
+}
+
+// pinRange reads the range of context.pinned or context.unpinned; a
+// reversed one is bad_data, as for context.truncated.
+func (o obj) pinRange(hint string) (Range, *Error) {
+	r, err := o.rng("range", hint)
+	if err != nil {
+		return Range{}, err
+	}
+	if r.Start > r.End {
+		return Range{}, Errorf(CodeBadData, "data.range",
+			"data.range is reversed (start %d > end %d); send %s as {\"start\": first, \"end\": one past the last}", r.Start, r.End, hint)
+	}
+	return r, nil
+}
+
+// carriedPins reads carried_pins: absent or null is none. Anything but a
+// list of ranges is no rejection: the ledger refuses the request with
+// invalid_request (CONTRACT.md section 8), so the second result says why.
+// Reversed ranges are returned as they are, for the ledger to refuse.
+func (o obj) carriedPins() ([]Range, string) {
+	raw, ok := o.get("carried_pins")
+	if !ok {
+		return nil, ""
+	}
+	const how = `send carried_pins as a list of ranges, such as [{"start": 0, "end": 1}]`
+	var elems []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &elems) != nil {
+		return nil, fmt.Sprintf("carried_pins is %s; %s", jsonKind(raw), how)
+	}
+	out := make([]Range, 0, len(elems))
+	for i, e := range elems {
+		path := fmt.Sprintf("carried_pins[%d]", i)
+		r, err := newObj(path, e)
+		if err != nil {
+			return nil, fmt.Sprintf("%s is %s; %s", path, jsonKind(e), how)
+		}
+		start, _, err1 := r.uint("start", "the first offset of the range", true)
+		end, _, err2 := r.uint("end", "the offset just past the range", true)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Sprintf("%s needs start and end, plain non-negative integers at most 2^53; %s", path, how)
+		}
+		out = append(out, Range{Start: start, End: end})
+	}
+	return out, ""
 }
 
 func (o obj) compactionRequested() (*CompactionRequested, *Error) {
@@ -291,6 +355,7 @@ func (o obj) compactionRequested() (*CompactionRequested, *Error) {
 	if err != nil {
 		return nil, err
 	}
+	pins, bad := o.carriedPins()
 	return &CompactionRequested{RequestID: id, SummarizerInput: in, SummaryRange: sum, TailStart: tail,
-		CarriesPriorSummary: carries, Occupancy: occ, Threshold: thr}, nil
+		CarriesPriorSummary: carries, Occupancy: occ, Threshold: thr, CarriedPins: pins, CarriedPinsInvalid: bad}, nil
 }

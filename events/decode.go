@@ -25,6 +25,7 @@ var coreAttrs = map[string]bool{
 // inputTypes are the event types an agent may publish.
 var inputTypes = map[string]bool{
 	TypeSessionOpened: true, TypeTurnAppended: true, TypeContextTruncated: true,
+	TypeContextPinned: true, TypeContextUnpinned: true,
 	TypeCompactionRequested: true, TypeCompactionCommitted: true,
 	TypeSessionResumed: true, TypeSessionClosed: true,
 }

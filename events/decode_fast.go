@@ -429,6 +429,14 @@ func fastData(typ string, data json.RawMessage) (string, any) {
 		return TypeSessionOpened, o.sessionOpened()
 	case TypeContextTruncated:
 		return TypeContextTruncated, o.contextTruncated()
+	case TypeContextPinned:
+		if r, ok := o.rng("range"); ok && r.Start <= r.End {
+			return TypeContextPinned, &ContextPinned{Range: r}
+		}
+	case TypeContextUnpinned:
+		if r, ok := o.rng("range"); ok && r.Start <= r.End {
+			return TypeContextUnpinned, &ContextUnpinned{Range: r}
+		}
 	case TypeCompactionRequested:
 		return TypeCompactionRequested, o.compactionRequested()
 	case TypeCompactionCommitted:
@@ -647,6 +655,9 @@ func (o *fastObj) turnAppended() any {
 	if raw, ok := o.raw("content"); ok {
 		t.Content = raw
 	}
+	if t.Pinned, ok = o.boolean("pinned"); !ok {
+		return nil
+	}
 	return t
 }
 
@@ -716,6 +727,9 @@ func (o *fastObj) compactionRequested() any {
 		if !v {
 			return nil
 		}
+	}
+	if _, present := o.get("carried_pins"); present {
+		return nil // the general decoder reads the list and what is wrong with it
 	}
 	if op {
 		c.Occupancy = &b.occupancy

@@ -195,6 +195,14 @@ func fastSlowInputs(t testing.TB) []fastSlowMsg {
 			add(testNATSSubject, benchLikeHeader(typ), d)
 			add("seamguard.partitioned.3.s1", benchLikeHeader(typ), d)
 		}
+		if typ == TypeCompactionRequested {
+			for _, d := range carriedPinsData {
+				add(testNATSSubject, benchLikeHeader(typ), d)
+				for _, m := range mutateData(d) {
+					add(testNATSSubject, benchLikeHeader(typ), m)
+				}
+			}
+		}
 		add(testNATSSubject, benchLikeHeader(typ), "")
 		// structured mode with every data mutation
 		for _, d := range mutateData(validData[typ]) {

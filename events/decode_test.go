@@ -137,6 +137,13 @@ func TestDecodeRejections(t *testing.T) {
 		{name: "truncated reversed", typ: TypeContextTruncated, data: `{"range":{"start":9,"end":8}}`, code: CodeBadData, field: "data.range"},
 		{name: "truncated duplicate end", typ: TypeContextTruncated, data: `{"range":{"start":0,"end":8,"end":9}}`, code: CodeBadData, field: "data.range.end"},
 		{name: "truncated stage number", typ: TypeContextTruncated, data: `{"range":{"start":0,"end":8},"stage":1}`, code: CodeBadData, field: "data.stage"},
+		// pins (CONTRACT.md section 8)
+		{name: "turn pinned string", typ: TypeTurnAppended, data: `{"offset":0,"size":1,"pinned":"yes"}`, code: CodeBadData, field: "data.pinned"},
+		{name: "turn pinned number", typ: TypeTurnAppended, data: `{"offset":0,"size":1,"pinned":1}`, code: CodeBadData, field: "data.pinned"},
+		{name: "pinned range missing", typ: TypeContextPinned, data: `{}`, code: CodeBadData, field: "data.range"},
+		{name: "pinned reversed", typ: TypeContextPinned, data: `{"range":{"start":2,"end":1}}`, code: CodeBadData, field: "data.range"},
+		{name: "unpinned end string", typ: TypeContextUnpinned, data: `{"range":{"start":0,"end":"1"}}`, code: CodeBadData, field: "data.range.end"},
+		{name: "unpinned reversed", typ: TypeContextUnpinned, data: `{"range":{"start":2,"end":1}}`, code: CodeBadData, field: "data.range"},
 
 		// compaction.requested
 		{name: "requested request_id number", typ: TypeCompactionRequested, data: `{"request_id":5,"summarizer_input":{"start":0,"end":1},"summary_range":{"start":0,"end":1},"tail_start":1}`, code: CodeBadData, field: "data.request_id"},
@@ -368,8 +375,10 @@ func TestDecodeValid(t *testing.T) {
 	u := func(v uint64) *uint64 { return &v }
 	want := map[string]any{
 		TypeSessionOpened:       &SessionOpened{Unit: UnitTurns, RecoveryFloor: Floor{Span: 32, Unit: UnitTurns}, Window: u(200000), Trigger: u(150000)},
-		TypeTurnAppended:        &TurnAppended{Offset: 0, Size: 1, Role: "user", Tokens: u(12), Content: json.RawMessage(`{"text":"hello <world> & co"}`)},
+		TypeTurnAppended:        &TurnAppended{Offset: 0, Size: 1, Role: "user", Tokens: u(12), Content: json.RawMessage(`{"text":"hello <world> & co"}`), Pinned: true},
 		TypeContextTruncated:    &ContextTruncated{Range: Range{0, 8}, Stage: "budget"},
+		TypeContextPinned:       &ContextPinned{Range: Range{0, 1}},
+		TypeContextUnpinned:     &ContextUnpinned{Range: Range{0, 1}},
 		TypeCompactionRequested: &CompactionRequested{RequestID: "r1", SummarizerInput: Range{8, 40}, SummaryRange: Range{0, 40}, TailStart: 40, CarriesPriorSummary: true, Occupancy: u(9), Threshold: u(10)},
 		TypeCompactionCommitted: &CompactionCommitted{RequestID: "r1"},
 		TypeSessionResumed:      &SessionResumed{Note: "operator accepts the loss of turns 0-8"},
@@ -592,3 +601,37 @@ func TestDecodeTimeIgnoresLocalZone(t *testing.T) {
 
 // localZoneChild marks the child process of TestDecodeTimeIgnoresLocalZone.
 const localZoneChild = "SEAMGUARD_TEST_LOCAL_ZONE_CHILD"
+
+// TestDecodeCarriedPins: carried_pins decodes into ranges (reversed ones
+// too), and anything but a list of ranges decodes with the problem named
+// for the ledger's invalid_request, never as a rejection.
+func TestDecodeCarriedPins(t *testing.T) {
+	want := []struct {
+		pins    []Range
+		invalid string
+	}{
+		{pins: []Range{{0, 1}}},
+		{pins: []Range{}},
+		{},
+		{pins: []Range{{3, 1}}},
+		{invalid: "carried_pins is a string"},
+		{invalid: "carried_pins[0] is an array"},
+		{invalid: "carried_pins is an object"},
+		{invalid: "carried_pins[0] needs start and end"},
+		{invalid: "carried_pins[0] needs start and end"},
+	}
+	require.Len(t, want, len(carriedPinsData))
+	for i, data := range carriedPinsData {
+		s := newSpec(TypeCompactionRequested, nil, data)
+		ev, err := DecodeJSON(s.structured(t), Meta{})
+		require.NoError(t, err, data)
+		b := ev.Body.(*CompactionRequested)
+		assert.Equal(t, want[i].pins, b.CarriedPins, data)
+		if want[i].invalid == "" {
+			assert.Empty(t, b.CarriedPinsInvalid, data)
+		} else {
+			assert.Contains(t, b.CarriedPinsInvalid, want[i].invalid, data)
+		}
+		checkFastSlowJSON(t, s.structured(t))
+	}
+}

@@ -66,6 +66,16 @@
 //     compaction.requested, and its empty or absent request_id, decode, and
 //     the ledger refuses them with invalid_request, so that the agent gets a
 //     verdict it waits for rather than a rejection.
+//   - Pins (CONTRACT.md section 8): turn.appended's pinned is true or false
+//     (anything else is bad_data, field data.pinned); context.pinned and
+//     context.unpinned carry a range, and a reversed one is bad_data, as
+//     for context.truncated. compaction.requested's carried_pins decodes
+//     whatever it holds: a list of {start, end} objects becomes
+//     CarriedPins (reversed ranges included), and anything else (a string,
+//     an object, an element that is no range, a number that is no offset)
+//     leaves CarriedPinsInvalid saying what is wrong, for the ledger to
+//     refuse the request with invalid_request as the contract asks.
+//     Requests with carried_pins always take the general decoder.
 //   - session.closed carries nothing: its data may be absent, null or any
 //     object, and is not looked at.
 //   - turn.appended content is any JSON and is kept raw, never walked: the

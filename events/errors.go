@@ -54,6 +54,7 @@ const (
 	ReasonSeamGap         ReasonCode = "seam_gap"
 	ReasonCoverageHole    ReasonCode = "coverage_hole"
 	ReasonSequenceGap     ReasonCode = "sequence_gap"
+	ReasonPinDropped      ReasonCode = "pin_dropped" // CONTRACT.md section 8
 	ReasonInvalidRequest  ReasonCode = "invalid_request"
 	ReasonUnknownSession  ReasonCode = "unknown_session"
 	ReasonSessionClosed   ReasonCode = "session_closed"

@@ -14,12 +14,29 @@ const testNATSSubject = "seamguard.events.s1"
 // validData is a valid data object for every input type.
 var validData = map[string]string{
 	TypeSessionOpened:       `{"unit":"turns","recovery_floor":{"span":32,"unit":"turns"},"window":200000,"trigger":150000}`,
-	TypeTurnAppended:        `{"offset":0,"size":1,"role":"user","tokens":12,"content":{"text":"hello <world> & co"}}`,
+	TypeTurnAppended:        `{"offset":0,"size":1,"role":"user","tokens":12,"content":{"text":"hello <world> & co"},"pinned":true}`,
 	TypeContextTruncated:    `{"range":{"start":0,"end":8},"stage":"budget"}`,
+	TypeContextPinned:       `{"range":{"start":0,"end":1}}`,
+	TypeContextUnpinned:     `{"range":{"start":0,"end":1}}`,
 	TypeCompactionRequested: `{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":0,"end":40},"tail_start":40,"carries_prior_summary":true,"occupancy":9,"threshold":10}`,
 	TypeCompactionCommitted: `{"request_id":"r1"}`,
 	TypeSessionResumed:      `{"note":"operator accepts the loss of turns 0-8"}`,
 	TypeSessionClosed:       `{}`,
+}
+
+// carriedPinsData are compaction requests with carried_pins of every shape,
+// valid or not: the general decoder reads them all, for the ledger to
+// refuse what is not a list of ranges.
+var carriedPinsData = []string{
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[{"start":0,"end":1}]}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[]}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":null}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[{"start":3,"end":1}]}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":"all"}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[[0,1]]}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":{"start":0,"end":1}}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[{"start":0}]}`,
+	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[{"start":-1,"end":2}]}`,
 }
 
 // absent marks an attribute to remove, or data to leave out.

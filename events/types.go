@@ -13,6 +13,8 @@ const (
 	TypeSessionOpened       = TypePrefix + "session.opened"
 	TypeTurnAppended        = TypePrefix + "turn.appended"
 	TypeContextTruncated    = TypePrefix + "context.truncated"
+	TypeContextPinned       = TypePrefix + "context.pinned"   // CONTRACT.md section 8
+	TypeContextUnpinned     = TypePrefix + "context.unpinned" // CONTRACT.md section 8
 	TypeCompactionRequested = TypePrefix + "compaction.requested"
 	TypeCompactionCommitted = TypePrefix + "compaction.committed"
 	TypeSessionResumed      = TypePrefix + "session.resumed"
@@ -102,12 +104,27 @@ type TurnAppended struct {
 	Role    string          `json:"role,omitempty"`
 	Tokens  *uint64         `json:"tokens,omitempty"`
 	Content json.RawMessage `json:"content,omitempty"`
+	// Pinned marks the turn as a rule that must stay in the agent's
+	// working context (CONTRACT.md section 8).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // ContextTruncated is the data of io.seamguard.context.truncated.
 type ContextTruncated struct {
 	Range Range  `json:"range"`
 	Stage string `json:"stage,omitempty"`
+}
+
+// ContextPinned is the data of io.seamguard.context.pinned: the received
+// offsets in Range become pinned.
+type ContextPinned struct {
+	Range Range `json:"range"`
+}
+
+// ContextUnpinned is the data of io.seamguard.context.unpinned: the offsets
+// in Range are pinned no more.
+type ContextUnpinned struct {
+	Range Range `json:"range"`
 }
 
 // CompactionRequested is the data of io.seamguard.compaction.requested.
@@ -119,6 +136,14 @@ type CompactionRequested struct {
 	CarriesPriorSummary bool    `json:"carries_prior_summary"`
 	Occupancy           *uint64 `json:"occupancy,omitempty"`
 	Threshold           *uint64 `json:"threshold,omitempty"`
+	// CarriedPins are the ranges the agent puts back into the new context
+	// verbatim, outside the summary (CONTRACT.md section 8). A reversed
+	// range decodes; the ledger refuses the request (invalid_request).
+	CarriedPins []Range `json:"carried_pins,omitempty"`
+	// CarriedPinsInvalid says why carried_pins was not a list of ranges
+	// ("" when it was, or was absent); the ledger refuses such a request
+	// with invalid_request. It is never encoded.
+	CarriedPinsInvalid string `json:"-"`
 }
 
 // CompactionCommitted is the data of io.seamguard.compaction.committed.
@@ -251,6 +276,9 @@ type AtRiskTotal struct {
 const (
 	NextRetry = "retry" // a retry of the same compaction will be allowed
 	NextNone  = "none"  // a retry will not help as it stands
+	// NextCarryPins: the compaction drops pinned turns; send it again with
+	// them in carried_pins (CONTRACT.md section 8).
+	NextCarryPins = "carry_pins"
 )
 
 // CompactionAllowed is the data of io.seamguard.compaction.allowed.

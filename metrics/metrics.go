@@ -46,6 +46,7 @@ var (
 // contract's input types (without "io.seamguard."), and TypeInvalid.
 var InputTypes = []string{
 	short(events.TypeSessionOpened), short(events.TypeTurnAppended), short(events.TypeContextTruncated),
+	short(events.TypeContextPinned), short(events.TypeContextUnpinned),
 	short(events.TypeCompactionRequested), short(events.TypeCompactionCommitted),
 	short(events.TypeSessionResumed), short(events.TypeSessionClosed), TypeInvalid,
 }
@@ -61,7 +62,7 @@ var RejectionCodes = []events.Code{
 // ReasonCodes are the contract's reason codes: the checks, then rule 1.
 var ReasonCodes = []events.ReasonCode{
 	events.ReasonCoverageHole, events.ReasonFloorNotInInput, events.ReasonFloorNotInTail,
-	events.ReasonReachNotInInput, events.ReasonSeamGap, events.ReasonSequenceGap, events.ReasonUnitMismatch,
+	events.ReasonPinDropped, events.ReasonReachNotInInput, events.ReasonSeamGap, events.ReasonSequenceGap, events.ReasonUnitMismatch,
 	events.ReasonInvalidRequest, events.ReasonUnknownSession, events.ReasonSessionClosed, events.ReasonSessionHalted,
 }
 

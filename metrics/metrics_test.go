@@ -206,3 +206,22 @@ func TestWatchConsumers(t *testing.T) {
 		t.Fatal("WatchConsumers did not return after its context ended")
 	}
 }
+
+// TestRecorderPins: pin_dropped is a reason of its own and the pin events
+// are input types of their own, not "other".
+func TestRecorderPins(t *testing.T) {
+	r := metrics.New()
+	s := scrape(t, r)
+	assert.Equal(t, 0.0, value(t, s, "seamguard_verdict_reasons_total", "kind", "refused", "reason", "pin_dropped"))
+	r.Published(refusal(events.ReasonPinDropped), time.Time{})
+	r.Published(refusal(events.ReasonCoverageHole, events.ReasonPinDropped), time.Time{})
+	r.Input(events.TypeContextPinned)
+	r.Input(events.TypeContextUnpinned)
+	r.Input(events.TypeContextUnpinned)
+	s = scrape(t, r)
+	assert.Equal(t, 2.0, value(t, s, "seamguard_verdict_reasons_total", "kind", "refused", "reason", "pin_dropped"))
+	assert.Equal(t, 1.0, value(t, s, "seamguard_verdicts_total", "kind", "refused", "reason", "pin_dropped"))
+	assert.Equal(t, 1.0, value(t, s, "seamguard_events_total", "type", "context.pinned"))
+	assert.Equal(t, 2.0, value(t, s, "seamguard_events_total", "type", "context.unpinned"))
+	assert.Equal(t, 0.0, value(t, s, "seamguard_events_total", "type", metrics.Other))
+}

@@ -186,7 +186,7 @@ func TestReplay(t *testing.T) {
 	assert.Equal(t, rep.Derived, rep.Recorded)
 	assert.Equal(t, rep.Derived, rep.Matched)
 	assert.Greater(t, rep.Derived, 20, "every story's verdicts, rejections included")
-	assert.Equal(t, 6, rep.Sessions-1, "the six stories' sessions, and \"unnamed\", where publishLines puts lines that name no valid session")
+	assert.Equal(t, len(stories), rep.Sessions-1, "the stories' sessions, and \"unnamed\", where publishLines puts lines that name no valid session")
 
 	// A copy of the verdict stream with three plants.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/seamguard/seamguard/events"
 )
@@ -9,9 +10,12 @@ import (
 // Evaluation is the outcome of the checks of CONTRACT.md section 5 for one
 // compaction request against the ledger as it stands, before rules 2 to 5.
 type Evaluation struct {
-	Reasons  []events.Reason // failed checks, sorted by code
-	AtRisk   RangeSet        // union of every failed check's at-risk ranges
-	Coverage RangeSet        // C: the summary coverage this compaction would commit
+	Reasons []events.Reason // failed checks, sorted by code
+	// AtRisk is the union of the at-risk ranges of every failed check but
+	// pin_dropped: what rules 3 to 5 are about.
+	AtRisk   RangeSet
+	Dropped  RangeSet // pin_dropped's at-risk: N \ (R ∪ carried)
+	Coverage RangeSet // C: the summary coverage this compaction would commit
 }
 
 // Evaluate runs every check on a request that passed rule 1 (see invalid). It
@@ -41,10 +45,22 @@ func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
 		C.AddSet(l.committed.Within(S))
 	}
 
+	// N \ (R ∪ carried): the pinned offsets before the tail, and those in
+	// it that are truncated, minus the carried ones.
+	dropped := l.pinned.Within(Range{Start: 0, End: tail.Start})
+	dropped.AddSet(Intersect(l.pinned.Within(tail), T))
+	if !dropped.IsEmpty() && len(b.CarriedPins) > 0 {
+		dropped = Diff(dropped, NewRangeSet(b.CarriedPins...))
+	}
+
 	var e Evaluation
 	fail := func(code events.ReasonCode, risk RangeSet, msg string) {
 		e.Reasons = append(e.Reasons, events.Reason{Code: code, Message: msg, AtRisk: nonNil(risk.Ranges())})
-		e.AtRisk.AddSet(risk)
+		if code == events.ReasonPinDropped {
+			e.Dropped = risk
+		} else {
+			e.AtRisk.AddSet(risk)
+		}
 	}
 	unit, floorUnit := l.unit.unit(), l.floorUnit.unit()
 	// Reasons are appended in the order of their codes.
@@ -62,6 +78,11 @@ func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
 		fail(events.ReasonFloorNotInTail, risk, fmt.Sprintf(
 			"the recovery floor [%d, %d) is not all in the retained tail from %d: offsets %s are before the tail or truncated; keep the last %d %s verbatim",
 			floor.Start, floor.End, b.TailStart, FormatRanges(risk.Ranges()), l.span, floorUnit))
+	}
+	if !dropped.IsEmpty() {
+		fail(events.ReasonPinDropped, dropped, fmt.Sprintf(
+			"pinned offsets %s would leave the working context: they are neither in the retained tail from %d (truncated offsets are not in it) nor in carried_pins. Put them back verbatim: send the compaction again with \"carried_pins\": %s. Unpin them with io.seamguard.context.unpinned once they no longer bind the agent. A spill does not cure this: it keeps the transcript, not the context",
+			FormatRanges(dropped.Ranges()), b.TailStart, jsonRanges(dropped.Ranges())))
 	}
 	if risk := notInInput(reach); !risk.IsEmpty() {
 		fail(events.ReasonReachNotInInput, risk, fmt.Sprintf(
@@ -95,4 +116,24 @@ func intersect(a, b Range) Range {
 		r.End = r.Start
 	}
 	return r
+}
+
+// jsonRanges writes ranges as a JSON list, the way carried_pins takes them;
+// past maxListed it lists the first ones and says how many more at_risk
+// names.
+func jsonRanges(rs []Range) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, r := range rs {
+		if i == maxListed {
+			fmt.Fprintf(&b, ", ...] (and %d more ranges: every range of at_risk)", len(rs)-maxListed)
+			return b.String()
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, `{"start": %d, "end": %d}`, r.Start, r.End)
+	}
+	b.WriteByte(']')
+	return b.String()
 }

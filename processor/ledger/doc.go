@@ -8,9 +8,47 @@
 // every decision from the events stream.
 //
 // The ledger tracks, in the session's unit, the received offsets, the truncated
-// ones (T), the committed summary coverage (K), the spilled ones (P) and the
-// waived ones (W), as RangeSets. A compaction request is checked as
-// CONTRACT.md section 5 says (see Evaluate) and decided by its rules 1 to 5.
+// ones (T), the committed summary coverage (K), the spilled ones (P), the
+// waived ones (W) and the pinned ones (N), as RangeSets. A compaction request
+// is checked as CONTRACT.md sections 5 and 8 say (see Evaluate) and decided
+// by rules 1 to 5.
+//
+// # Pinned turns (CONTRACT.md section 8)
+//
+// A turn appended with pinned true, and the received offsets of a
+// context.pinned range, join N; context.unpinned takes every offset of its
+// range out of N. Both ranges must lie within [0, head) (else
+// range_out_of_bounds); a reversed one is bad_data. Offsets never received
+// are not pinned, and a turn that later fills such a gap is pinned only if
+// it says so. A compaction request may carry pinned turns back into the new
+// context verbatim, outside the summary: carried_pins, a list of ranges,
+// any of them reversed or the list malformed making the request
+// invalid_request (rule 1). Ranges past head are accepted and carry nothing
+// more.
+//
+// The check pin_dropped fails when N ⊄ R ∪ carried, R being the tail
+// without its truncated offsets, and names N \ (R ∪ carried). It sorts
+// among the other codes ("floor_not_in_tail" < "pin_dropped" <
+// "reach_not_in_input"). Spills and waivers never cure it: rules 3 to 5
+// look at the other failed checks alone (Evaluation.AtRisk leaves
+// pin_dropped out; Evaluation.Dropped holds it). Then:
+//   - when rule 2 or 3 would allow the request, it is refused instead, with
+//     no spill and next carry_pins; the other failed checks are listed too,
+//     their messages saying they are already cured;
+//   - when rule 4 spills, the refusal lists pin_dropped with the rest and
+//     says next carry_pins rather than retry: a plain retry would be
+//     refused again;
+//   - rule 5 halts as it would without pins, naming only what no spill
+//     holds (pinned offsets are received, so they are never unrecoverable).
+//
+// The request is recorded as refused, so committing it is a violation.
+// pin_dropped's message names the pinned offsets and spells out the
+// carried_pins value that keeps them. The check does not judge what the
+// summary says: a carried pin is trusted to be the pinned turn verbatim.
+// N counts against MaxRanges (state_limit with field ledger.pinned) and
+// the snapshot size like every other set. Like a truncation, a pin or an
+// unpin that arrives again long after the duplicate windows is applied
+// again; JetStream's dedupe window stops ordinary redeliveries.
 // The core does not write spills: when rule 4 applies, Step returns a
 // SpillRequest and the caller must Step the SpillResult next; only then are the
 // verdicts (transcript.spilled and compaction.refused, or session.halted) known.
@@ -58,7 +96,7 @@
 // each field is its default, and Validate reports every problem at once:
 //   - MaxRanges (default 100,000): ranges in any one set: received,
 //     truncated, committed and every request's summary coverage, waived,
-//     and a halt's unrecoverable ranges. spilled needs no check of its own:
+//     pinned, and a halt's unrecoverable ranges. spilled needs no check of its own:
 //     it is always part of received.
 //   - MaxRequests (default and least 256): request ids remembered. Past
 //     it, the least recently used one is forgotten (used: requested, or
@@ -75,13 +113,15 @@
 // An event that would take a set past MaxRanges, or the snapshot past its
 // limit (and make it larger), is rejected with state_limit, its field
 // naming what it would exceed (ledger.received, ledger.truncated,
+// ledger.pinned,
 // ledger.coverage for a request's summary coverage, ledger.committed,
 // ledger.waived for a resume, ledger.halt for a rule-5 halt with too many
 // ranges, ledger.snapshot) and its message the limit and its value. In the
 // same Step the session is halted: session.halted with an empty request_id
 // and as unrecoverable the offsets the event concerned: a turn's range (it
 // may lie beyond head: those offsets were never recorded; resuming waives
-// them), a truncation's range, or [0, head) for any other event. A halt
+// them), a truncation's, pin's or unpin's range, or [0, head) for any
+// other event. A halt
 // already in force gains those offsets; it names their hull instead when
 // the snapshot has no room for one range more. Any halt whose ranges would
 // exceed MaxRanges names the whole transcript [0, end) instead, and says

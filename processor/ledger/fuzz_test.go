@@ -44,11 +44,11 @@ func FuzzStep(f *testing.F) {
 }
 
 // FuzzSnapshot feeds arbitrary bytes to UnmarshalBinary: it must never panic;
-// what it accepts (version 1 or the current one) must re-encode to bytes
+// what it accepts (versions 1 to the current one) must re-encode to bytes
 // that decode to the same ledger and encode identically again, and Step
 // must not panic on it. The seeds hold spill chains, forgotten request ids
-// and pending refusals with cut lists (orcSession's limits), and the
-// version-1 fixtures.
+// and pending refusals with cut lists (orcSession's limits), pinned sets,
+// and the version-1 and version-2 fixtures.
 func FuzzSnapshot(f *testing.F) {
 	var zero Ledger
 	b, _ := zero.MarshalBinary()
@@ -56,8 +56,8 @@ func FuzzSnapshot(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	f.Add([]byte{2, 0, 0})
-	// Version-1 snapshots, which load as the current version.
-	v1, _ := filepath.Glob(filepath.Join("testdata", "snapshot-v1", "*.snap"))
+	// Version-1 and version-2 snapshots, which load as the current version.
+	v1, _ := filepath.Glob(filepath.Join("testdata", "snapshot-v[12]", "*.snap"))
 	for _, name := range v1 {
 		b, err := os.ReadFile(name)
 		if err != nil {
@@ -78,6 +78,9 @@ func FuzzSnapshot(f *testing.F) {
 		s.truncate(4, 5)
 		s.truncate(12, 13)
 		s.request("c", Range{Start: 5, End: 14}, Range{Start: 5, End: 12}, 12, false)
+		s.add(events.TypeContextPinned, &events.ContextPinned{Range: Range{Start: 1, End: 6}})
+		s.add(events.TypeTurnAppended, &events.TurnAppended{Offset: 14, Size: 1, Pinned: true})
+		s.request("d", Range{Start: 5, End: 15}, Range{Start: 5, End: 13}, 13, false)
 		cfg := Config{Limits: Limits{MaxRequests: 1, listed: 1}}
 		var l Ledger
 		for _, it := range s.items {
@@ -160,12 +163,14 @@ func FuzzSnapshot(f *testing.F) {
 		}
 		h := l.Head()
 		for i, body := range []any{
-			&events.TurnAppended{Offset: h, Size: 1},
+			&events.TurnAppended{Offset: h, Size: 1, Pinned: true},
+			&events.ContextPinned{Range: Range{Start: 0, End: h / 3}},
 			&events.ContextTruncated{Range: Range{Start: 0, End: h / 2}},
 			&events.CompactionRequested{RequestID: "fz", SummarizerInput: Range{Start: 0, End: h}, SummaryRange: Range{Start: 0, End: h / 2}, TailStart: h / 2},
 			&events.CompactionCommitted{RequestID: "fz"},
 			&events.SessionResumed{Note: "fuzz"},
 			&events.CompactionRequested{RequestID: "fz", SummarizerInput: Range{Start: 0, End: h}, SummaryRange: Range{Start: 0, End: h / 2}, TailStart: h / 2},
+			&events.ContextUnpinned{Range: Range{Start: 0, End: h}},
 		} {
 			seq++
 			step(Input{Event: &events.Event{ID: fmt.Sprintf("fz-%d", i), Source: "fz", Subject: session, Body: body, Meta: events.Meta{Seq: seq}}})

@@ -139,6 +139,7 @@ type Ledger struct {
 	committed RangeSet // K
 	spilled   RangeSet // P
 	waived    RangeSet // W
+	pinned    RangeSet // N: received offsets pinned to the working context
 
 	spills    uint32              // spills written
 	lastSpill *events.SpillHandle // the newest spill; its chain holds every spilled offset
@@ -313,6 +314,10 @@ func (l *Ledger) apply(ev *events.Event, h uint64, cfg Config, lim Limits, pre *
 		res = l.turn(ev, b, lim)
 	case *events.ContextTruncated:
 		res = l.truncate(ev, b, lim)
+	case *events.ContextPinned:
+		res = l.pin(ev, b.Range, true, lim)
+	case *events.ContextUnpinned:
+		res = l.pin(ev, b.Range, false, lim)
 	case *events.CompactionRequested:
 		res = l.request(ev, b, h, cfg, lim, pre)
 	case *events.CompactionCommitted:
@@ -455,8 +460,46 @@ func (l *Ledger) turn(ev *events.Event, b *events.TurnAppended, lim Limits) Resu
 	if n := l.received.LenAfterAdd(r); n > lim.MaxRanges {
 		return l.limitHit(ev, "ledger.received", tooMany("received", fmt.Sprintf("the turn [%d, %d), leaving gaps,", r.Start, r.End), n, lim), NewRangeSet(r), lim)
 	}
+	if b.Pinned {
+		if n := l.pinned.LenAfterAdd(r); n > lim.MaxRanges {
+			return l.limitHit(ev, "ledger.pinned", tooMany("pinned", fmt.Sprintf("pinning the turn [%d, %d)", r.Start, r.End), n, lim), NewRangeSet(r), lim)
+		}
+	}
 	l.received.Add(r)
 	l.head = max(l.head, r.End)
+	if b.Pinned {
+		l.pinned.Add(r)
+	}
+	return accepted()
+}
+
+// pin applies context.pinned (on) or context.unpinned: the received offsets
+// of r join the pinned set N, or every offset of r leaves it.
+func (l *Ledger) pin(ev *events.Event, r Range, on bool, lim Limits) Result {
+	if e := l.lifecycle(ev); e != nil {
+		return reject(ev, e)
+	}
+	what := "unpinned"
+	if on {
+		what = "pinned"
+	}
+	if r.Start > r.End {
+		return reject(ev, events.Errorf(events.CodeBadData, "data.range", "range start %d is after its end %d", r.Start, r.End))
+	}
+	if r.End > l.head {
+		return reject(ev, events.Errorf(events.CodeRangeOutOfBounds, "data.range",
+			"range [%d, %d) to be %s reaches beyond head %d; only received offsets can be %s", r.Start, r.End, what, l.head, what))
+	}
+	var next RangeSet
+	if on {
+		next = Union(l.pinned, l.received.Within(r))
+	} else {
+		next = Diff(l.pinned, NewRangeSet(r))
+	}
+	if n := next.Len(); n > lim.MaxRanges {
+		return l.limitHit(ev, "ledger.pinned", tooMany("pinned", fmt.Sprintf("the range [%d, %d) %s", r.Start, r.End, what), n, lim), NewRangeSet(r), lim)
+	}
+	l.pinned = next
 	return accepted()
 }
 
@@ -700,8 +743,21 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 		decided(true)
 		return accepted(l.allowedOutput(c, b, e, nil, nil, lim))
 	}
-	// Rule 3.
+	// Rules 3 to 5 are about the other checks alone: no spill or waiver
+	// cures pin_dropped (CONTRACT.md section 8).
 	rest := pre.rest
+	if rest.IsEmpty() && !e.Dropped.IsEmpty() {
+		// Rule 2 or 3 would have allowed it: refused, with no spill.
+		decided(false)
+		reasons := slices.Clone(e.Reasons)
+		for i := range reasons {
+			if reasons[i].Code != events.ReasonPinDropped {
+				reasons[i].Message += ". Already cured: spills or waivers hold these offsets; only the pinned turns stand in the way"
+			}
+		}
+		return accepted(refused(c, ev.Subject, b.RequestID, reasons, nil, events.NextCarryPins, lim))
+	}
+	// Rule 3.
 	if rest.IsEmpty() {
 		decided(true)
 		var by []events.SpillHandle
@@ -791,7 +847,11 @@ func (l *Ledger) spillDone(r *SpillResult, lim Limits) Result {
 	l.spilled = spilled
 	out := make([]events.Output, 0, 2)
 	out = append(out, events.Output{Type: events.TypeTranscriptSpilled, Session: l.session, Cause: p.cause, Data: &handle})
-	out = append(out, refused(p.cause, l.session, p.requestID, p.reasons, &handle, events.NextRetry, lim))
+	next := events.NextRetry
+	if slices.ContainsFunc(p.reasons, func(r events.Reason) bool { return r.Code == events.ReasonPinDropped }) {
+		next = events.NextCarryPins
+	}
+	out = append(out, refused(p.cause, l.session, p.requestID, p.reasons, &handle, next, lim))
 	return Result{Outputs: out}
 }
 
@@ -872,6 +932,15 @@ func (l *Ledger) invalid(b *events.CompactionRequested) string {
 	}
 	if b.SummaryRange.End > l.head {
 		p = append(p, fmt.Sprintf("summary_range ends at %d, beyond head %d", b.SummaryRange.End, l.head))
+	}
+	if b.CarriedPinsInvalid != "" {
+		p = append(p, events.Excerpt(b.CarriedPinsInvalid))
+	}
+	for i, r := range b.CarriedPins {
+		if r.Start > r.End {
+			p = append(p, fmt.Sprintf("carried_pins[%d] starts at %d after its end %d", i, r.Start, r.End))
+			break
+		}
 	}
 	if len(p) == 0 {
 		return ""

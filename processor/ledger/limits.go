@@ -41,7 +41,7 @@ const (
 type Limits struct {
 	// MaxRanges is the most ranges any one range set may hold: received,
 	// truncated, committed and each request's summary coverage, spilled,
-	// waived, and the unrecoverable ranges of a halt.
+	// waived, pinned, and the unrecoverable ranges of a halt.
 	MaxRanges int
 	// MaxRequests is how many request ids the ledger remembers, at least
 	// DefaultMaxRequests (256).
@@ -183,8 +183,18 @@ func (l *Ledger) growth(ev *events.Event) int {
 		g += strBytes(ev.Subject)
 	}
 	switch b := ev.Body.(type) {
-	case *events.TurnAppended, *events.ContextTruncated:
+	case *events.TurnAppended:
 		g += rangeBytes + 1
+		if b.Pinned {
+			g += rangeBytes + 1
+		}
+	case *events.ContextTruncated:
+		g += rangeBytes + 1
+	case *events.ContextPinned:
+		// At most one range more for every received range it overlaps.
+		g += l.received.overlapping(b.Range)*rangeBytes + numBytes
+	case *events.ContextUnpinned:
+		g += rangeBytes + 1 // a pinned range split in two
 	case *events.CompactionRequested:
 		g += l.recordGrowth(b.RequestID, 0) // refused under rule 1 (see requestGrowth)
 	case *events.CompactionCommitted:
@@ -278,6 +288,14 @@ func (l *Ledger) concerned(ev *events.Event) RangeSet {
 			return NewRangeSet(Range{Start: b.Offset, End: b.Offset + b.Size})
 		}
 	case *events.ContextTruncated:
+		if !b.Range.Empty() {
+			return NewRangeSet(b.Range)
+		}
+	case *events.ContextPinned:
+		if !b.Range.Empty() {
+			return NewRangeSet(b.Range)
+		}
+	case *events.ContextUnpinned:
 		if !b.Range.Empty() {
 			return NewRangeSet(b.Range)
 		}

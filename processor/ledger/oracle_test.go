@@ -1,6 +1,6 @@
 package ledger
 
-// A brute-force oracle of CONTRACT.md sections 5 and 7 and of the choices
+// A brute-force oracle of CONTRACT.md sections 5, 7 and 8 and of the choices
 // written down in doc.go (lifecycle, limits, forgotten requests, incremental
 // spills, lists cut short). It shares no code with RangeSet or with Evaluate:
 // every set is a bitmap over [0, orcWidth), every check is computed from the
@@ -360,6 +360,7 @@ type orcLedger struct {
 	committed orcBits // K
 	spilled   orcBits // P
 	waived    orcBits // W
+	pinned    orcBits // N
 
 	spills        []orcSpill // successful spills, oldest first
 	spillBytes    uint64     // their sizes together
@@ -500,6 +501,10 @@ func (o *orcLedger) event(ev *events.Event, cfg Config, hint orcHint) orcObs {
 		res = o.turn(ev, b, lim, hint)
 	case *events.ContextTruncated:
 		res = o.truncate(ev, b, lim, hint)
+	case *events.ContextPinned:
+		res = o.pin(ev, b.Range, true, lim, hint)
+	case *events.ContextUnpinned:
+		res = o.pin(ev, b.Range, false, lim, hint)
 	case *events.CompactionRequested:
 		res = o.request(ev, b, cfg, lim, hint)
 	case *events.CompactionCommitted:
@@ -531,6 +536,14 @@ func (o *orcLedger) concerned(ev *events.Event) orcBits {
 			return orcSpan(b.Offset, b.Offset+b.Size)
 		}
 	case *events.ContextTruncated:
+		if b.Range.Start < b.Range.End {
+			return orcSpan(b.Range.Start, b.Range.End)
+		}
+	case *events.ContextPinned:
+		if b.Range.Start < b.Range.End {
+			return orcSpan(b.Range.Start, b.Range.End)
+		}
+	case *events.ContextUnpinned:
 		if b.Range.Start < b.Range.End {
 			return orcSpan(b.Range.Start, b.Range.End)
 		}
@@ -601,8 +614,38 @@ func (o *orcLedger) turn(ev *events.Event, b *events.TurnAppended, lim orcLimits
 	if orcCount(o.received.or(t)) > lim.ranges {
 		return o.limitHit(ev, "ledger.received", t, lim, hint)
 	}
+	if b.Pinned && orcCount(o.pinned.or(t)) > lim.ranges {
+		return o.limitHit(ev, "ledger.pinned", t, lim, hint)
+	}
 	o.received = o.received.or(t)
 	o.head = max(o.head, b.Offset+b.Size)
+	if b.Pinned {
+		o.pinned = o.pinned.or(t)
+	}
+	return orcOK()
+}
+
+// pin applies context.pinned (on) or context.unpinned (CONTRACT.md section
+// 8): the received offsets of r are pinned, or every offset of r released.
+func (o *orcLedger) pin(ev *events.Event, r events.Range, on bool, lim orcLimits, hint orcHint) orcObs {
+	if c := o.lifecycle(); c != "" {
+		return orcReject(ev, c)
+	}
+	if r.Start > r.End {
+		return orcReject(ev, events.CodeBadData)
+	}
+	if r.End > o.head {
+		return orcReject(ev, events.CodeRangeOutOfBounds)
+	}
+	t := orcSpan(r.Start, r.End)
+	next := o.pinned.minus(t)
+	if on {
+		next = o.pinned.or(t.and(o.received))
+	}
+	if orcCount(next) > lim.ranges {
+		return o.limitHit(ev, "ledger.pinned", t, lim, hint)
+	}
+	o.pinned = next
 	return orcOK()
 }
 
@@ -714,8 +757,10 @@ func (o *orcLedger) commit(ev *events.Event, b *events.CompactionCommitted, lim 
 // orcEval is the outcome of the section 5 checks, with the sets they used.
 type orcEval struct {
 	reasons []orcReason
-	atRisk  orcBits
+	atRisk  orcBits // of every failed check but pin_dropped
+	dropped orcBits // of pin_dropped
 	C, R    orcBits
+	carried orcBits
 	whole   orcBits
 }
 
@@ -736,10 +781,18 @@ func (o *orcLedger) evaluate(b *events.CompactionRequested) orcEval {
 	}
 	C := S.and(Ip.or(K))
 
-	e := orcEval{C: C, R: R, whole: whole}
+	carried := orcFromRanges(b.CarriedPins)
+	e := orcEval{C: C, R: R, carried: carried, whole: whole}
 	fail := func(code events.ReasonCode, risk orcBits) {
 		e.reasons = append(e.reasons, orcReason{Code: code, AtRisk: risk.ranges()})
-		e.atRisk = e.atRisk.or(risk)
+		if code == events.ReasonPinDropped {
+			e.dropped = risk
+		} else {
+			e.atRisk = e.atRisk.or(risk)
+		}
+	}
+	if kept := R.or(carried); !o.pinned.within(kept) {
+		fail(events.ReasonPinDropped, o.pinned.minus(kept))
 	}
 	if o.floorUnit != o.unit {
 		fail(events.ReasonUnitMismatch, whole)
@@ -772,6 +825,14 @@ func (o *orcLedger) safe(b *events.CompactionRequested) (bool, []events.Range) {
 	e := o.evaluate(b)
 	held := e.C.or(e.R).or(o.spilled).or(o.waived)
 	return e.whole.within(held), e.whole.minus(held).ranges()
+}
+
+// pinsKept is the property of section 8 every allowed compaction must have:
+// every pinned offset is in R ∪ carried.
+func (o *orcLedger) pinsKept(b *events.CompactionRequested) (bool, []events.Range) {
+	e := o.evaluate(b)
+	kept := e.R.or(e.carried)
+	return o.pinned.within(kept), o.pinned.minus(kept).ranges()
 }
 
 func (o *orcLedger) refusal(ev *events.Event, id string, code events.ReasonCode, risk []events.Range, lim orcLimits) orcOut {
@@ -833,8 +894,12 @@ func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg
 	}
 	// Rule 1, invalid requests, then halted sessions.
 	h := o.head
+	reversedPin := false
+	for _, r := range b.CarriedPins {
+		reversedPin = reversedPin || r.Start > r.End
+	}
 	if b.RequestID == "" || b.SummarizerInput.Start > b.SummarizerInput.End || b.SummaryRange.Start > b.SummaryRange.End ||
-		b.TailStart > h || b.SummaryRange.End > h {
+		b.TailStart > h || b.SummaryRange.End > h || b.CarriedPinsInvalid != "" || reversedPin {
 		o.touch(b.RequestID, p, lim)
 		return orcOK(o.refusal(ev, b.RequestID, events.ReasonInvalidRequest, nil, lim))
 	}
@@ -860,8 +925,15 @@ func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg
 		decided(true)
 		return orcOK(allowed)
 	}
-	// Rule 3.
+	// Rules 3 to 5 look at the other checks alone; a request that rule 2
+	// or 3 would allow but that drops pins is refused, with no spill.
 	rest := e.atRisk.minus(o.spilled).minus(o.waived)
+	if rest.empty() && !e.dropped.empty() {
+		decided(false)
+		return orcOK(orcOut{Type: events.TypeCompactionRefused, Cause: ev.ID, RequestID: b.RequestID,
+			Reasons: orcCutReasons(e.reasons, lim.listed), Next: events.NextCarryPins})
+	}
+	// Rule 3.
 	if rest.empty() {
 		decided(true)
 		for _, r := range e.reasons {
@@ -950,9 +1022,15 @@ func (o *orcLedger) spillDone(r *SpillResult, cfg Config, hint orcHint) orcObs {
 	o.spillBytes += handle.Size
 	o.spillAccepted = o.accepted
 	key := orcHandleKey(handle)
+	next := events.NextRetry
+	for _, r := range p.reasons {
+		if r.Code == events.ReasonPinDropped {
+			next = events.NextCarryPins
+		}
+	}
 	return orcObs{Outs: []orcOut{
 		{Type: events.TypeTranscriptSpilled, Cause: p.cause, Handle: key},
-		{Type: events.TypeCompactionRefused, Cause: p.cause, RequestID: p.requestID, Reasons: orcCutReasons(p.reasons, lim.listed), Spill: key, Next: events.NextRetry},
+		{Type: events.TypeCompactionRefused, Cause: p.cause, RequestID: p.requestID, Reasons: orcCutReasons(p.reasons, lim.listed), Spill: key, Next: next},
 	}}
 }
 
@@ -977,6 +1055,7 @@ func orcCompareState(l *Ledger, o *orcLedger) string {
 	eq("committed", l.committed, o.committed)
 	eq("spilled", l.spilled, o.spilled)
 	eq("waived", l.waived, o.waived)
+	eq("pinned", l.pinned, o.pinned)
 	if o.status == orcHalted {
 		var got RangeSet
 		if l.halt != nil {

@@ -159,6 +159,8 @@ func orcGenerate(c orcChooser, session string, maxItems int) ([]orcItem, Config)
 			g.emit(events.TypeSessionClosed, &events.SessionClosed{})
 		case k < 90:
 			g.emit(events.TypePrefix+"session.renamed", nil) // no body: unknown type
+		case k < 95:
+			g.pin()
 		default:
 			g.turn()
 		}
@@ -249,7 +251,43 @@ func (g *orcGen) turn() {
 		g.truncate()
 		return
 	}
-	g.emit(events.TypeTurnAppended, &events.TurnAppended{Offset: off, Size: size, Role: "tool", Content: []byte(`{"k":1}`)})
+	g.emit(events.TypeTurnAppended, &events.TurnAppended{Offset: off, Size: size, Role: "tool", Content: []byte(`{"k":1}`), Pinned: g.c.intn(6) == 0})
+}
+
+// pin pins or unpins a range: mostly within [0, head), sometimes past it or
+// reversed.
+func (g *orcGen) pin() {
+	h := g.o.head
+	a := g.rnd(h + 1)
+	r := events.Range{Start: a, End: a + g.rnd(min(h-a, 6)+1)}
+	switch g.c.intn(12) {
+	case 0:
+		r.End = h + 1 + g.rnd(3)
+	case 1:
+		r = events.Range{Start: a + 1 + g.rnd(3), End: a}
+	}
+	if g.c.intn(3) == 0 {
+		g.emit(events.TypeContextUnpinned, &events.ContextUnpinned{Range: r})
+		return
+	}
+	g.emit(events.TypeContextPinned, &events.ContextPinned{Range: r})
+}
+
+// carry picks what a request carries back of the pinned turns: mostly
+// nothing or all of them, else some, a reversed range or a bad list.
+func (g *orcGen) carry(b *events.CompactionRequested) {
+	pinned := g.o.pinned.ranges()
+	switch k := g.c.intn(12); {
+	case k < 5:
+	case k < 9:
+		b.CarriedPins = pinned
+	case k < 10 && len(pinned) > 0:
+		b.CarriedPins = pinned[g.c.intn(len(pinned)):]
+	case k < 11:
+		b.CarriedPins = []events.Range{{Start: 0, End: g.rnd(g.o.head + 2)}, {Start: 3, End: 2}}
+	default:
+		b.CarriedPinsInvalid = "carried_pins is a string; send carried_pins as a list of ranges"
+	}
 }
 
 func (g *orcGen) truncate() {
@@ -319,6 +357,10 @@ func (g *orcGen) request() {
 	}
 	b.RequestID = id
 	b.CarriesPriorSummary = g.c.intn(3) == 0
+	if k := g.c.intn(4); k > 0 || !seen {
+		b.CarriedPins, b.CarriedPinsInvalid = nil, ""
+		g.carry(&b)
+	}
 	occ := uint64(163000)
 	b.Occupancy = &occ
 	g.lastReq[id] = b
@@ -476,6 +518,9 @@ func (r *orcRunner) item(it orcItem) string {
 		if ok, holes := r.o.safe(b); !ok {
 			return fmt.Sprintf("compaction.allowed although offsets %v are in none of C, R, P, W", holes)
 		}
+		if ok, dropped := r.o.pinsKept(b); !ok {
+			return fmt.Sprintf("compaction.allowed although pinned offsets %v are in neither R nor carried_pins", dropped)
+		}
 	}
 	if res.Spill != nil {
 		r.spills++
@@ -509,6 +554,9 @@ func (r *orcRunner) item(it orcItem) string {
 				if len(d.Cured) > 0 {
 					r.opts.stats["allowed, cured"]++
 				}
+				if len(b.CarriedPins) > 0 && !r.o.pinned.empty() {
+					r.opts.stats["allowed, carrying pins"]++
+				}
 				if d.SummaryCoverageTruncated {
 					r.opts.stats["coverage cut"]++
 				}
@@ -534,6 +582,13 @@ func (r *orcRunner) item(it orcItem) string {
 					if x.AtRiskTruncated {
 						r.opts.stats["at_risk cut"]++
 						break
+					}
+				}
+				if d.Next == events.NextCarryPins {
+					if d.Spill != nil {
+						r.opts.stats["carry_pins with a spill"]++
+					} else {
+						r.opts.stats["carry_pins without a spill"]++
 					}
 				}
 			}
@@ -612,13 +667,20 @@ func orcShape(l *Ledger, res Result, lim Limits) string {
 				return "compaction.allowed with a null list"
 			}
 		case *events.CompactionRefused:
-			if d.Reasons == nil || (d.Next == events.NextRetry) != (d.Spill != nil) || (d.Next != events.NextRetry && d.Next != events.NextNone) {
+			// next is retry with a spill, carry_pins exactly when pin_dropped
+			// is listed (with a spill or not), none otherwise.
+			pins := slices.ContainsFunc(d.Reasons, func(r events.Reason) bool { return r.Code == events.ReasonPinDropped })
+			if d.Reasons == nil || pins != (d.Next == events.NextCarryPins) || (d.Next == events.NextRetry) != (d.Spill != nil && !pins) ||
+				(d.Next != events.NextRetry && d.Next != events.NextNone && d.Next != events.NextCarryPins) {
 				return fmt.Sprintf("compaction.refused with reasons %v, spill %v, next %q", d.Reasons, d.Spill, d.Next)
 			}
 			listed := 0
 			for _, rs := range d.Reasons {
 				if rs.AtRisk == nil || rs.Message == "" || len(rs.Message) > messageBytes {
 					return fmt.Sprintf("reason %s without at_risk list or message, or with a message of %d bytes", rs.Code, len(rs.Message))
+				}
+				if rs.Code == events.ReasonPinDropped && !strings.Contains(rs.Message, "carried_pins") {
+					return "a pin_dropped reason that does not say how to carry the pins: " + rs.Message
 				}
 				if rs.AtRiskTruncated != (rs.AtRiskTotal != nil) {
 					return fmt.Sprintf("reason %s: at_risk_truncated %v with total %v", rs.Code, rs.AtRiskTruncated, rs.AtRiskTotal)
@@ -674,7 +736,7 @@ func orcRepr(s RangeSet) string {
 
 // orcInvariants checks the ledger's own invariants.
 func orcInvariants(l *Ledger) string {
-	sets := map[string]RangeSet{"received": l.received, "truncated": l.truncated, "committed": l.committed, "spilled": l.spilled, "waived": l.waived}
+	sets := map[string]RangeSet{"received": l.received, "truncated": l.truncated, "committed": l.committed, "spilled": l.spilled, "waived": l.waived, "pinned": l.pinned}
 	if l.halt != nil {
 		sets["halt"] = *l.halt
 	}
@@ -694,7 +756,10 @@ func orcInvariants(l *Ledger) string {
 	}
 	// waived is not here: a halt at a state limit may name a turn beyond
 	// head, and resuming it waives those offsets.
-	for _, name := range []string{"truncated", "spilled", "committed"} {
+	if !l.pinned.SubsetOf(l.received) {
+		return fmt.Sprintf("pinned %v holds offsets never received", l.pinned.Ranges())
+	}
+	for _, name := range []string{"truncated", "spilled", "committed", "pinned"} {
 		if sets[name].Max() > l.head {
 			return fmt.Sprintf("%s %v reaches beyond head %d", name, sets[name].Ranges(), l.head)
 		}
@@ -726,12 +791,19 @@ func orcDescribe(it orcItem) string {
 	case *events.SessionOpened:
 		s = fmt.Sprintf("session.opened unit=%s floor={%d %s}", b.Unit, b.RecoveryFloor.Span, b.RecoveryFloor.Unit)
 	case *events.TurnAppended:
-		s = fmt.Sprintf("turn.appended offset=%d size=%d", b.Offset, b.Size)
+		s = fmt.Sprintf("turn.appended offset=%d size=%d pinned=%v", b.Offset, b.Size, b.Pinned)
+	case *events.ContextPinned:
+		s = fmt.Sprintf("context.pinned [%d, %d)", b.Range.Start, b.Range.End)
+	case *events.ContextUnpinned:
+		s = fmt.Sprintf("context.unpinned [%d, %d)", b.Range.Start, b.Range.End)
 	case *events.ContextTruncated:
 		s = fmt.Sprintf("context.truncated [%d, %d)", b.Range.Start, b.Range.End)
 	case *events.CompactionRequested:
 		s = fmt.Sprintf("compaction.requested %q summarizer_input=[%d, %d) summary_range=[%d, %d) tail_start=%d carries_prior_summary=%v",
 			b.RequestID, b.SummarizerInput.Start, b.SummarizerInput.End, b.SummaryRange.Start, b.SummaryRange.End, b.TailStart, b.CarriesPriorSummary)
+		if b.CarriedPins != nil || b.CarriedPinsInvalid != "" {
+			s += fmt.Sprintf(" carried_pins=%v%s", b.CarriedPins, b.CarriedPinsInvalid)
+		}
 		if it.spillFail != "" {
 			s += " (a spill would fail)"
 		}
@@ -851,7 +923,8 @@ func TestPropSessionsMatchOracle(t *testing.T) {
 		events.TypeSessionHalted, events.TypeEventRejected, events.TypeCompactionViolation, "duplicate",
 		"state_limit ledger.received", "state_limit ledger.truncated", "state_limit ledger.coverage", "state_limit ledger.halt",
 		"state_limit ledger.waived", "state_limit ledger.snapshot", "violation forgotten", "violation never", "violation refused",
-		"spill with previous", "halted at the quota", "at_risk cut", "unrecoverable cut", "coverage cut"} {
+		"spill with previous", "halted at the quota", "at_risk cut", "unrecoverable cut", "coverage cut",
+		"state_limit ledger.pinned", "carry_pins with a spill", "carry_pins without a spill", "allowed, carrying pins"} {
 		require.Positive(t, stats[typ], "no %s in %d sessions", typ, orcPropSessions)
 	}
 }

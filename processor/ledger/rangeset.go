@@ -143,6 +143,16 @@ func (s RangeSet) LenAfterAdd(r Range) int {
 	return n - (j - i) + 1
 }
 
+// overlapping returns how many ranges of s share an offset with r, in
+// O(log n).
+func (s RangeSet) overlapping(r Range) int {
+	if r.Empty() {
+		return 0
+	}
+	i := s.first(r.Start)
+	return sort.Search(len(s.r)-i, func(k int) bool { return s.r[i+k].Start >= r.End })
+}
+
 // AddSet inserts every range of t into s.
 func (s *RangeSet) AddSet(t RangeSet) {
 	if len(t.r) == 0 {

@@ -17,10 +17,11 @@ var ErrCorruptSnapshot = errors.New("ledger: corrupt snapshot")
 // snapshotVersion is the version MarshalBinary writes. Version 2 added the
 // spill chain (each spill's previous, the accepted events and bytes the
 // spills hold), the requests' use stamps, the forgotten request ids and the
-// cut at-risk lists of a pending refusal. UnmarshalBinary reads version 1
-// too: its newest spill counts as one full spill (its events, its size), and
-// its requests are stamped as used in the order of their ids.
-const snapshotVersion = 2
+// cut at-risk lists of a pending refusal. Version 3 added the pinned set N.
+// UnmarshalBinary reads versions 1 and 2 too: they pin nothing. In version
+// 1 the newest spill counts as one full spill (its events, its size), and
+// the requests are stamped as used in the order of their ids.
+const snapshotVersion = 3
 
 // MarshalBinary encodes the ledger as a compact, deterministic snapshot: the
 // same ledger always gives the same bytes. Range sets are delta-encoded
@@ -42,6 +43,7 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 	for _, s := range []*RangeSet{&l.received, &l.truncated, &l.committed, &l.spilled, &l.waived} {
 		w.set(*s)
 	}
+	w.set(l.pinned)
 	w.u(uint64(l.spills))
 	w.flag(l.lastSpill != nil)
 	if l.lastSpill != nil {
@@ -106,8 +108,8 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 	r := reader{b: data}
 	var n Ledger
 	v := r.u()
-	if v != 1 && v != snapshotVersion && r.err == nil {
-		return fmt.Errorf("%w: version %d, this build reads 1 and %d", ErrCorruptSnapshot, v, snapshotVersion)
+	if (v < 1 || v > snapshotVersion) && r.err == nil {
+		return fmt.Errorf("%w: version %d, this build reads 1 to %d", ErrCorruptSnapshot, v, snapshotVersion)
 	}
 	r.v = v
 	n.session = r.s()
@@ -125,6 +127,9 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 	}
 	for _, s := range []*RangeSet{&n.received, &n.truncated, &n.committed, &n.spilled, &n.waived} {
 		*s = r.set()
+	}
+	if v >= 3 {
+		n.pinned = r.set()
 	}
 	n.spills = uint32(r.small(math.MaxUint32))
 	if r.flag() {
@@ -220,6 +225,9 @@ func (l *Ledger) check() error {
 	}
 	if l.truncated.Max() > l.head || l.spilled.Max() > l.head {
 		return bad("truncated or spilled offsets beyond head")
+	}
+	if !l.pinned.SubsetOf(l.received) {
+		return bad("pinned offsets that were never received")
 	}
 	// A closed session keeps the halt it was closed in.
 	if (l.status == statusHalted && l.halt == nil) || (l.halt != nil && l.status != statusHalted && l.status != statusClosed) {

@@ -26,6 +26,7 @@ type View struct {
 	Committed RangeSet // K
 	Spilled   RangeSet // P
 	Waived    RangeSet // W
+	Pinned    RangeSet // N: offsets pinned to the working context
 
 	Spills    uint32              // spills written and verified
 	LastSpill *events.SpillHandle // the newest spill, nil when none
@@ -72,6 +73,7 @@ func (l *Ledger) View() View {
 		Committed: l.committed.Clone(),
 		Spilled:   l.spilled.Clone(),
 		Waived:    l.waived.Clone(),
+		Pinned:    l.pinned.Clone(),
 		Spills:    l.spills,
 
 		SpilledBytes:      l.spillBytes,
