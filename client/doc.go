@@ -6,7 +6,7 @@
 //	s, _ := c.Open(ctx, "ops-agent-42", events.UnitTurns, 12) // floor: last 12 turns
 //	s.Append(ctx, client.Turn{Role: "user", Content: "..."})  // at the head; the session counts offsets
 //	s.Truncated(ctx, events.Range{Start: 0, End: 8}, "budget")
-//	v, _ := s.Compact(ctx, events.CompactionRequested{...}) // request, and retry after a spill
+//	v, _ := s.Compact(ctx, events.CompactionRequested{...}) // request; retry after a spill, carry dropped pins
 //	if v.Allowed() != nil { /* apply it */ s.Commit(ctx, v.Request.RequestID) }
 //	s.Close(ctx)
 //
@@ -51,8 +51,26 @@
 // whole transcript to the object store, so what the compaction drops can be
 // re-read. Requesting the same compaction again is then allowed. Retry does
 // it: same request_id (a compaction.committed names the request id, and
-// counts its latest verdict), fresh event id. Compact requests and, if
-// needed, retries once; the final verdict's Previous is the refusal.
+// counts its latest verdict), fresh event id.
+//
+// # Pinned turns
+//
+// A turn that is a rule the agent must keep in its working context for the
+// session's life (a standing instruction, a constraint, the task
+// statement) is appended with Turn.Pinned, or pinned later with Pin;
+// Unpin releases it. seamguard then refuses every compaction that neither
+// keeps the pinned turns in the tail nor lists them in carried_pins
+// (events.CompactionRequested.CarriedPins: the turns the agent puts back
+// into the new context verbatim, outside the summary), with next
+// "carry_pins". A spill does not cure that: it keeps the transcript, not
+// the context. MustCarryPins and DroppedPins read such a refusal;
+// CarryPins requests the compaction again with the dropped pins added.
+//
+// Compact follows both flows: it retries after a refusal with next
+// "retry", carries the pins after one with next "carry_pins", for at most
+// a few requests under the same request id. The final verdict's Request
+// says what was carried (the agent must put those turns back), and its
+// Previous is the refusal before it.
 //
 // A core subscription is at-most-once: a verdict published while the
 // client's connection is down is not delivered to it, and RequestCompaction

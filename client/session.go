@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/seamguard/seamguard/events"
@@ -174,6 +175,11 @@ type Turn struct {
 	// Content is what the turn said: anything encoding/json can encode
 	// (a json.RawMessage is sent as is). It is what a spill preserves.
 	Content any
+	// Pinned marks the turn as a rule that must stay in the agent's
+	// working context for the session's life (a standing instruction, a
+	// constraint, the task statement): seamguard then refuses every
+	// compaction that neither keeps it in the tail nor carries it.
+	Pinned bool
 }
 
 // Append publishes io.seamguard.turn.appended for the turn at the session's
@@ -203,7 +209,7 @@ func (s *Session) Append(ctx context.Context, t Turn) (events.Range, error) {
 	r := events.Range{Start: start, End: start + size}
 	appended := false
 	_, err := s.sendLocked(ctx, events.TypeTurnAppended, newID(), &events.TurnAppended{
-		Offset: start, Size: size, Role: t.Role, Tokens: t.Tokens, Content: content,
+		Offset: start, Size: size, Role: t.Role, Tokens: t.Tokens, Content: content, Pinned: t.Pinned,
 	}, func() { s.head, appended = r.End, true })
 	if !appended { // not built or an earlier event still pending: nothing changed
 		return events.Range{}, err
@@ -222,6 +228,35 @@ func (s *Session) Truncated(ctx context.Context, r events.Range, stage string) e
 			ErrInvalid, r.Start, r.End, s.id, s.head)
 	}
 	_, err := s.sendLocked(ctx, events.TypeContextTruncated, newID(), &events.ContextTruncated{Range: r, Stage: stage}, nil)
+	return err
+}
+
+// Pin pins the turns in r: io.seamguard.context.pinned. seamguard refuses
+// every later compaction that would drop them from the working context
+// (next "carry_pins") until they are unpinned. r must lie within
+// [0, Head()); offsets of r that were never appended are not pinned.
+func (s *Session) Pin(ctx context.Context, r events.Range) error {
+	return s.pin(ctx, r, events.TypeContextPinned)
+}
+
+// Unpin releases the turns in r: io.seamguard.context.unpinned, once they
+// no longer bind the agent. r must lie within [0, Head()).
+func (s *Session) Unpin(ctx context.Context, r events.Range) error {
+	return s.pin(ctx, r, events.TypeContextUnpinned)
+}
+
+func (s *Session) pin(ctx context.Context, r events.Range, typ string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Start > r.End || r.End > s.head {
+		return fmt.Errorf("%w: range [%d, %d) to %s in session %s must lie within [0, %d), the turns appended so far",
+			ErrInvalid, r.Start, r.End, strings.TrimPrefix(typ, events.TypePrefix), s.id, s.head)
+	}
+	var data any = &events.ContextPinned{Range: r}
+	if typ == events.TypeContextUnpinned {
+		data = &events.ContextUnpinned{Range: r}
+	}
+	_, err := s.sendLocked(ctx, typ, newID(), data, nil)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -23,8 +24,10 @@ type Verdict struct {
 	// EventID is the id of the compaction.requested event that was
 	// published.
 	EventID string
-	// Previous is, for a verdict returned by Compact after a retry, the
-	// refusal that came first (with the spill handle); nil otherwise.
+	// Previous is, for a verdict returned by Compact after a retry or
+	// after carrying pins, the refusal that came before it (with the spill
+	// handle, if one was written; its own Previous the one before); nil
+	// otherwise.
 	Previous *Verdict
 }
 
@@ -53,6 +56,31 @@ func (v *Verdict) Halted() *events.SessionHalted {
 func (v *Verdict) Retryable() bool {
 	r := v.Refused()
 	return r != nil && r.Next == events.NextRetry
+}
+
+// MustCarryPins reports whether the verdict is a refusal whose next step is
+// "carry_pins": the compaction would drop pinned turns from the working
+// context. DroppedPins names them; CarryPins requests the compaction again
+// with them carried.
+func (v *Verdict) MustCarryPins() bool {
+	r := v.Refused()
+	return r != nil && r.Next == events.NextCarryPins
+}
+
+// DroppedPins returns the pinned offsets a refusal says the compaction
+// would drop (the at-risk ranges of its pin_dropped reason), and whether
+// that list is complete (false when the refusal cut it short).
+func (v *Verdict) DroppedPins() (pins []events.Range, complete bool) {
+	r := v.Refused()
+	if r == nil {
+		return nil, true
+	}
+	for _, reason := range r.Reasons {
+		if reason.Code == events.ReasonPinDropped {
+			return reason.AtRisk, !reason.AtRiskTruncated
+		}
+	}
+	return nil, true
 }
 
 // RejectedError is returned when seamguard rejected the compaction.requested
@@ -166,24 +194,59 @@ func (s *Session) Retry(ctx context.Context, refused *Verdict) (*Verdict, error)
 	return s.RequestCompaction(ctx, refused.Request)
 }
 
-// Compact requests a compaction and, if it is refused with next "retry",
-// retries it once, as the contract's refuse-spill-retry flow goes. It
-// returns the last verdict; after a retry its Previous is the refusal.
+// CarryPins requests again the compaction a refusal with next
+// "carry_pins" answered, with the same request id, a fresh event id, and
+// the pinned turns it would drop added to carried_pins, and waits for its
+// verdict. The agent must then put those turns back into its new context
+// verbatim, outside the summary. CarryPins of any other verdict returns
+// ErrNotRetryable.
+func (s *Session) CarryPins(ctx context.Context, refused *Verdict) (*Verdict, error) {
+	if refused == nil || !refused.MustCarryPins() {
+		return nil, fmt.Errorf("%w: only a refusal with next %q asks to carry pins", ErrNotRetryable, events.NextCarryPins)
+	}
+	pins, _ := refused.DroppedPins()
+	req := refused.Request
+	req.CarriedPins = append(slices.Clone(req.CarriedPins), pins...)
+	return s.RequestCompaction(ctx, req)
+}
+
+// maxCompactSteps bounds the requests Compact sends for one compaction:
+// the request, a carry of its pins, a retry after a spill, and one more
+// carry for pins a cut-short refusal did not list.
+const maxCompactSteps = 4
+
+// Compact requests a compaction and follows the contract's flows until it
+// is allowed or refused for good: a refusal with next "retry" (seamguard
+// spilled the transcript) is retried, and one with next "carry_pins" is
+// requested again with the dropped pinned turns in carried_pins (so the
+// agent must keep those turns, verbatim, in its new context: the
+// allowed verdict's Request.CarriedPins says which). It sends at most a
+// few requests, all with the same request id. It returns the last verdict;
+// its Previous is the refusal before it, and so on.
 func (s *Session) Compact(ctx context.Context, req events.CompactionRequested) (*Verdict, error) {
 	v, err := s.RequestCompaction(ctx, req)
-	if err != nil || !v.Retryable() {
-		return v, err
-	}
-	again, err := s.Retry(ctx, v)
-	if err != nil {
-		spill := "none"
-		if h := v.Refused().Spill; h != nil {
-			spill = h.Bucket + "/" + h.Name
+	for step := 1; err == nil && step < maxCompactSteps; step++ {
+		var next *Verdict
+		switch {
+		case v.Retryable():
+			next, err = s.Retry(ctx, v)
+		case v.MustCarryPins():
+			next, err = s.CarryPins(ctx, v)
+		default:
+			return v, nil
 		}
-		return nil, fmt.Errorf("client: retrying compaction %q after its refusal (spill %s): %w", v.Request.RequestID, spill, err)
+		if err != nil {
+			spill := "none"
+			if h := v.Refused().Spill; h != nil {
+				spill = h.Bucket + "/" + h.Name
+			}
+			return nil, fmt.Errorf("client: requesting compaction %q again after its refusal (next %s, spill %s): %w",
+				v.Request.RequestID, v.Refused().Next, spill, err)
+		}
+		next.Previous = v
+		v = next
 	}
-	again.Previous = v
-	return again, nil
+	return v, err
 }
 
 // rejects reports whether a rejection answers the event eventID. A
