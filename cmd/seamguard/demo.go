@@ -22,8 +22,12 @@ import (
 	"github.com/seamguard/seamguard/spill"
 )
 
-// demoSession is the session the demo plays.
-const demoSession = "ops-agent-42"
+// demoSession is the session the demo plays; pinnedSession plays it again
+// with the user's rule pinned.
+const (
+	demoSession   = "ops-agent-42"
+	pinnedSession = "ops-agent-43"
+)
 
 func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -33,7 +37,8 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard demo [--keep]")
 		fmt.Fprintln(stderr, "\nStarts an embedded NATS server and the processor, plays the seed story as an")
-		fmt.Fprintln(stderr, "agent would, and prints what seamguard decided. Needs nothing else running.")
+		fmt.Fprintln(stderr, "agent would, then again with the user's rule pinned, and prints what seamguard")
+		fmt.Fprintln(stderr, "decided. Needs nothing else running.")
 		fs.PrintDefaults()
 	}
 	if pos, err := parseInterleaved(fs, args); err != nil {
@@ -81,7 +86,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	w.printf("seamguard demo: embedded NATS JetStream at %s\n", srv.ClientURL())
 	w.printf("an agent publishes its session as CloudEvents (binary mode, ce-* headers) on %s\n\n", subj.Events(demoSession))
 
-	a := &agent{js: js, subj: subj}
+	a := &agent{js: js, subj: subj, session: demoSession}
 	next := func() (*events.Verdict, error) {
 		m, err := verdicts.NextMsg(*timeout)
 		if err != nil {
@@ -91,29 +96,8 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	}
 
 	w.printf("session %s opens: offsets count turns, recovery floor = the last 12 turns\n", demoSession)
-	if err := a.send(ctx, "session.opened", map[string]any{"unit": "turns", "recovery_floor": map[string]any{"span": 12, "unit": "turns"}, "window": 200000, "trigger": 160000}); err != nil {
+	if err := a.opening(ctx, w, false); err != nil {
 		return err
-	}
-	for _, t := range demoTurns() {
-		if err := a.send(ctx, "turn.appended", t); err != nil {
-			return err
-		}
-		switch off := t["offset"].(int); {
-		case off <= 1:
-			w.printf("  turn %-6d %-9s %q\n", off, t["role"], t["content"])
-		case off == 2:
-			w.printf("  turns 2-7    six turns exploring the deployment\n")
-		case off == 8:
-			w.printf("  turns 8-47   forty large tool results (3,700 tokens each)\n")
-		case off == 48:
-			w.printf("  turns 48-51  four short turns\n")
-		}
-		if t["offset"].(int) == 47 {
-			w.printf("  budget enforcement truncates turns [0, 8): the /etc constraint and the plan leave the context\n")
-			if err := a.send(ctx, "context.truncated", map[string]any{"range": rng(0, 8), "stage": "budget"}); err != nil {
-				return err
-			}
-		}
 	}
 	req := map[string]any{"request_id": "compact-1", "summarizer_input": rng(8, 52), "summary_range": rng(8, 40), "tail_start": 40, "occupancy": 163000, "threshold": 160000}
 	w.printf("\nthe agent asks to compact: summarize [8, 40) from input [8, 52), keep the tail from 40 verbatim\n")
@@ -179,17 +163,153 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	}
 	w.printf("\nthe spill reads back whole (digest verified); its turn 0 still says:\n  %q\n", turn0.Data.Content)
 	w.printf("read it yourself, against a running `seamguard serve`:\n  seamguard spill get %s -o transcript.jsonl\n", handle.Name)
+	if err := demoPinned(ctx, nc, js, subj, w, *timeout); err != nil {
+		return err
+	}
 	if *keep {
 		w.printf("\ndata kept in %s\n", dir)
 	}
 	return w.err
 }
 
+// opening publishes the session's opening, its 52 turns and the budget
+// truncation of [0, 8), and tells them; pin marks the user's rule, turn 0,
+// as pinned.
+func (a *agent) opening(ctx context.Context, w *timeline, pin bool) error {
+	if err := a.send(ctx, "session.opened", map[string]any{"unit": "turns", "recovery_floor": map[string]any{"span": 12, "unit": "turns"}, "window": 200000, "trigger": 160000}); err != nil {
+		return err
+	}
+	for _, t := range demoTurns() {
+		off := t["offset"].(int)
+		if pin && off == 0 {
+			t["pinned"] = true
+		}
+		if err := a.send(ctx, "turn.appended", t); err != nil {
+			return err
+		}
+		switch {
+		case off == 0 && pin:
+			w.printf("  turn %-6d %-9s %q  (pinned)\n", off, t["role"], t["content"])
+		case off <= 1:
+			w.printf("  turn %-6d %-9s %q\n", off, t["role"], t["content"])
+		case off == 2:
+			w.printf("  turns 2-7    six turns exploring the deployment\n")
+		case off == 8:
+			w.printf("  turns 8-47   forty large tool results (3,700 tokens each)\n")
+		case off == 48:
+			w.printf("  turns 48-51  four short turns\n")
+		}
+		if off == 47 {
+			w.printf("  budget enforcement truncates turns [0, 8): the /etc constraint and the plan leave the context\n")
+			if err := a.send(ctx, "context.truncated", map[string]any{"range": rng(0, 8), "stage": "budget"}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// demoPinned plays the story again with the user's rule pinned: the spill
+// cures the hole but not the pin, so the compaction is refused until the
+// agent carries the rule into its new context.
+func demoPinned(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subj events.Subjects, w *timeline, timeout time.Duration) error {
+	verdicts, err := nc.SubscribeSync(subj.Verdict(pinnedSession, "*"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = verdicts.Unsubscribe() }()
+	next := func() (*events.Verdict, error) {
+		m, err := verdicts.NextMsg(timeout)
+		if err != nil {
+			return nil, fmt.Errorf("no verdict within %s: %w", timeout, err)
+		}
+		return events.DecodeVerdict(m.Data)
+	}
+	// refusal reads a refusal (and the spill before it, if one comes).
+	refusal := func(spills bool) error {
+		for range 2 {
+			v, err := next()
+			if err != nil {
+				return err
+			}
+			switch d := v.Data.(type) {
+			case *events.SpillHandle:
+				if !spills {
+					return errors.New("a spill came where none was due")
+				}
+				w.printf("  -> transcript.spilled  %s/%s\n", d.Bucket, d.Name)
+				continue
+			case *events.CompactionRefused:
+				for _, r := range d.Reasons {
+					w.printf("  -> compaction.refused  %s at %s\n", r.Code, fmtRanges(r.AtRisk))
+					if r.Code == events.ReasonPinDropped {
+						w.printf("                         %s\n", r.Message)
+					}
+				}
+				spill := "none"
+				if d.Spill != nil {
+					spill = d.Spill.Name
+				}
+				w.printf("                         spill: %s, next: %s\n", spill, d.Next)
+				if d.Next != events.NextCarryPins {
+					return fmt.Errorf("expected next %s, got %s", events.NextCarryPins, d.Next)
+				}
+				return nil
+			default:
+				return fmt.Errorf("unexpected verdict %s", v.Type)
+			}
+		}
+		return errors.New("no refusal came")
+	}
+
+	w.printf("\nthe evidence is safe, but the agent's new context still lacks the /etc rule:\n")
+	w.printf("recoverable is not remembered. The same story as session %s, with the rule pinned\n", pinnedSession)
+	a := &agent{js: js, subj: subj, session: pinnedSession}
+	if err := a.opening(ctx, w, true); err != nil {
+		return err
+	}
+	req := map[string]any{"request_id": "compact-1", "summarizer_input": rng(8, 52), "summary_range": rng(8, 40), "tail_start": 40}
+	w.printf("\nthe agent asks for the same compaction\n")
+	if err := a.send(ctx, "compaction.requested", req); err != nil {
+		return err
+	}
+	if err := refusal(true); err != nil {
+		return err
+	}
+	w.printf("\nthe agent retries it as it stands: the spill cures the hole, not the pin\n")
+	if err := a.send(ctx, "compaction.requested", req); err != nil {
+		return err
+	}
+	if err := refusal(false); err != nil {
+		return err
+	}
+	req["carried_pins"] = []any{rng(0, 1)}
+	w.printf("\nthe agent carries the rule into its new context verbatim: \"carried_pins\": [{\"start\": 0, \"end\": 1}]\n")
+	if err := a.send(ctx, "compaction.requested", req); err != nil {
+		return err
+	}
+	v, err := next()
+	if err != nil {
+		return err
+	}
+	al, ok := v.Data.(*events.CompactionAllowed)
+	if !ok {
+		return fmt.Errorf("expected compaction.allowed, got %s", v.Type)
+	}
+	w.printf("  -> compaction.allowed  summary covers %s; cured %v by %s\n", fmtRanges(al.SummaryCoverage), al.Cured, al.RecoveredBy[0].Name)
+	if err := a.send(ctx, "compaction.committed", map[string]any{"request_id": "compact-1"}); err != nil {
+		return err
+	}
+	w.printf("  the agent commits it: its new context opens with turn 0, the /etc rule, then the summary and the tail\n")
+	return nil
+}
+
 // agent publishes one session's events in binary content mode.
 type agent struct {
-	js   jetstream.JetStream
-	subj events.Subjects
-	n    int
+	js      jetstream.JetStream
+	subj    events.Subjects
+	session string
+	n       int
 }
 
 func (a *agent) send(ctx context.Context, typ string, data map[string]any) error {
@@ -198,13 +318,13 @@ func (a *agent) send(ctx context.Context, typ string, data map[string]any) error
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(a.subj.Events(demoSession))
-	id := fmt.Sprintf("%s-%04d", demoSession, a.n)
+	m := nats.NewMsg(a.subj.Events(a.session))
+	id := fmt.Sprintf("%s-%04d", a.session, a.n)
 	m.Header.Set("ce-specversion", "1.0")
 	m.Header.Set("ce-id", id)
 	m.Header.Set("ce-source", "urn:agent:demo/worker-1")
 	m.Header.Set("ce-type", events.TypePrefix+typ)
-	m.Header.Set("ce-subject", demoSession)
+	m.Header.Set("ce-subject", a.session)
 	m.Header.Set("ce-time", time.Now().UTC().Format(time.RFC3339Nano))
 	m.Header.Set("Content-Type", "application/json")
 	m.Data = body

@@ -23,8 +23,20 @@ func TestDemo(t *testing.T) {
 		"the spill reads back whole (digest verified)",
 		"Do not touch anything under /etc.",
 		"seamguard spill get ops-agent-42/1.jsonl",
+		// The same story with the rule pinned.
+		"recoverable is not remembered",
+		`Do not touch anything under /etc."  (pinned)`,
+		"-> compaction.refused  pin_dropped at [0, 1)",
+		"spill: ops-agent-43/1.jsonl, next: carry_pins",
+		"the spill cures the hole, not the pin",
+		"spill: none, next: carry_pins",
+		`"carried_pins": [{"start": 0, "end": 1}]`,
+		"-> compaction.allowed  summary covers [8, 40); cured [coverage_hole] by ops-agent-43/1.jsonl",
 	} {
 		assert.Contains(t, out, want)
 	}
 	assert.Less(t, strings.Index(out, "transcript.spilled"), strings.Index(out, "compaction.allowed"))
+	pinned := out[strings.Index(out, "recoverable is not remembered"):]
+	assert.Less(t, strings.Index(pinned, "spill: none, next: carry_pins"), strings.Index(pinned, "compaction.allowed"),
+		"refused until the rule is carried, then allowed")
 }
