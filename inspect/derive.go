@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,6 +42,9 @@ type Applied struct {
 	// Accepted is true when the event is part of the session's transcript
 	// (what a spill holds): neither rejected nor a duplicate.
 	Accepted bool
+	// CarriedPins are the ranges a compaction request carried back into
+	// the new context (carried_pins); nil for any other input.
+	CarriedPins []Range
 }
 
 // Apply steps one message of the events stream (its stored subject, headers,
@@ -76,6 +80,9 @@ func (d *Deriver) Apply(ctx context.Context, subject string, hdr map[string][]st
 		return a, fmt.Errorf("inspect: seq %d: subject %q names no session but its event decoded", seq, subject)
 	}
 	a.EventID, a.Source = ev.ID, ev.Source
+	if r, ok := ev.Body.(*events.CompactionRequested); ok && len(r.CarriedPins) > 0 {
+		a.CarriedPins = slices.Clone(r.CarriedPins)
+	}
 	ev.Meta.Seq = seq
 	res, err := ledger.Step(l, ledger.Input{Event: ev}, d.Config)
 	if err != nil {

@@ -4,7 +4,7 @@
 // A Model is one session's ledger (from the session bucket's snapshot, or
 // rebuilt from the events stream with the pure core) together with its
 // decision history (the session's verdicts, in verdict stream order). Build
-// derives the picture's two tracks over [0, head) from the ledger's sets:
+// derives the picture's three tracks over [0, head) from the ledger's sets:
 //
 //   - the context track says what the agent's working context holds: the
 //     committed summary's coverage K, the verbatim tail (received, neither
@@ -13,7 +13,14 @@
 //   - the backup track says what else holds an offset: a verified spill
 //     (P), an operator's waiver (W), or nothing at all: a hole, an offset
 //     that is in neither the summary nor the verbatim context nor any
-//     spill or waiver.
+//     spill or waiver;
+//   - the pinned track shows the pinned offsets (N): turns the agent said
+//     must stay in its working context, which no compaction may drop
+//     unless it carries them back (carried_pins).
+//
+// Each entry of the history also says which pinned offsets a refusal
+// drops (its pin_dropped reason) and which ranges the request it answers
+// carried (read from the events stream, while the request is there).
 //
 // WriteText draws the model for a terminal (plain characters, or ANSI
 // colours), WriteSVG as a standalone SVG timeline, and the Model itself is

@@ -65,6 +65,7 @@ type story struct {
 	outputs  [][]byte // every derived output, encoded as check encodes it
 	verdicts []*events.Verdict
 	session  string
+	carried  map[string][]Range // carried_pins by request event id
 }
 
 func deriveStory(t *testing.T, name string) *story {
@@ -92,6 +93,12 @@ func deriveStory(t *testing.T, name string) *story {
 		}
 		a, err := st.d.Apply(context.Background(), sub, nil, l, uint64(i+1))
 		require.NoError(t, err)
+		if a.CarriedPins != nil {
+			if st.carried == nil {
+				st.carried = map[string][]Range{}
+			}
+			st.carried[a.EventID] = a.CarriedPins
+		}
 		if st.session == "" && a.Session != "" {
 			st.session = a.Session
 		}
@@ -116,6 +123,7 @@ func (st *story) model(file string) *Model {
 			hist = append(hist, EntryOf(uint64(i+1), v))
 		}
 	}
+	AttachCarried(hist, st.carried)
 	l := st.d.Ledger(st.session)
 	v := l.View()
 	return Build(v, Origin{From: "events", Name: file, Seq: v.LastSeq, Events: int(v.Accepted)}, "(derived)", hist)
@@ -127,7 +135,7 @@ func (st *story) model(file string) *Model {
 // out: its rejections say where an input came from, a line offline and a
 // subject here.
 func TestDeriverAgreesWithCheck(t *testing.T) {
-	for _, name := range []string{"seed-story", "healthy-chain", "gap-then-resume", "unit-mismatch", "committed-anyway"} {
+	for _, name := range []string{"seed-story", "healthy-chain", "gap-then-resume", "unit-mismatch", "committed-anyway", "pinned-story"} {
 		t.Run(name, func(t *testing.T) {
 			st := deriveStory(t, name)
 			want := readLines(t, filepath.Join(storiesDir, "golden", name+".out.jsonl"))
@@ -144,7 +152,7 @@ func TestDeriverAgreesWithCheck(t *testing.T) {
 // like: a spill, a halt and its waiver, a gap, a unit mismatch, a commit of
 // a refused compaction.
 func TestStoryPictures(t *testing.T) {
-	for _, name := range []string{"seed-story", "healthy-chain", "gap-then-resume", "unit-mismatch", "committed-anyway"} {
+	for _, name := range []string{"seed-story", "healthy-chain", "gap-then-resume", "unit-mismatch", "committed-anyway", "pinned-story"} {
 		t.Run(name, func(t *testing.T) {
 			m := deriveStory(t, name).model(name + ".jsonl")
 			var text, colored, svg bytes.Buffer
@@ -200,6 +208,7 @@ func randomView(r *rand.Rand) ledger.View {
 	}
 	v.Truncated, v.Committed, v.Waived = set(4), set(3), set(2)
 	v.Spilled = ledger.Intersect(set(2), v.Received) // spills hold received offsets
+	v.Pinned = ledger.Intersect(set(2), v.Received)  // only received offsets are pinned
 	return v
 }
 
@@ -241,9 +250,14 @@ func TestBuildAgainstAnOracle(t *testing.T) {
 			}
 			require.Equal(t, ctx, classAt(m.Context, x), "case %d offset %d: %+v", i, x, v)
 			require.Equal(t, back, classAt(m.Backup, x), "case %d offset %d: %+v", i, x, v)
+			var pin Class
+			if v.Pinned.Has(x) {
+				pin = Pinned
+			}
+			require.Equal(t, pin, classAt(m.Pins, x), "case %d offset %d: %+v", i, x, v)
 		}
 		// Segments are maximal, ordered and inside [0, head).
-		for _, segs := range [][]Segment{m.Context, m.Backup} {
+		for _, segs := range [][]Segment{m.Context, m.Backup, m.Pins} {
 			for j, g := range segs {
 				require.Less(t, g.Start, g.End)
 				require.LessOrEqual(t, g.End, v.Head)
@@ -349,3 +363,59 @@ func TestFieldDiff(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestPinnedTrack: pinned offsets get their own track in text, SVG and
+// JSON, and the history says which pins a refusal drops and which a
+// request carried. The pinned story ends unpinned, so its goldens show the
+// history; this shows the track.
+func TestPinnedTrack(t *testing.T) {
+	v := ledger.View{Session: "s", Status: "open", Unit: events.UnitTurns, FloorUnit: events.UnitTurns, Span: 12, Head: 52}
+	v.Received = ledger.NewRangeSet(Range{Start: 0, End: 52})
+	v.Truncated = ledger.NewRangeSet(Range{Start: 0, End: 8})
+	v.Pinned = ledger.NewRangeSet(Range{Start: 0, End: 1}, Range{Start: 30, End: 32})
+	refused := &events.Verdict{ID: "r1", Output: events.Output{Type: events.TypeCompactionRefused, Cause: events.Cause{ID: "e1"}, Data: &events.CompactionRefused{RequestID: "p1", Next: events.NextCarryPins,
+		Reasons: []events.Reason{{Code: events.ReasonCoverageHole, AtRisk: []Range{{Start: 0, End: 8}}}, {Code: events.ReasonPinDropped, AtRisk: []Range{{Start: 0, End: 1}}}}}}}
+	allowed := &events.Verdict{ID: "a1", Output: events.Output{Type: events.TypeCompactionAllowed, Cause: events.Cause{ID: "e2"}, Data: &events.CompactionAllowed{RequestID: "p2", Head: 52, TailStart: 40}}}
+	hist := []Entry{EntryOf(1, refused), EntryOf(2, allowed)}
+	AttachCarried(hist, map[string][]Range{"e2": {{Start: 0, End: 1}, {Start: 30, End: 32}}, "e1": nil})
+	m := Build(v, Origin{}, "V", hist)
+
+	assert.Equal(t, []Segment{{Class: Pinned, Start: 0, End: 1}, {Class: Pinned, Start: 30, End: 32}}, m.Pins)
+	assert.Equal(t, []Range{{Start: 0, End: 1}, {Start: 30, End: 32}}, m.Sets.Pinned)
+	assert.Equal(t, []Range{{Start: 0, End: 1}}, m.History[0].DroppedPins)
+	assert.Empty(t, m.History[0].CarriedPins)
+	assert.Equal(t, []Range{{Start: 0, End: 1}, {Start: 30, End: 32}}, m.History[1].CarriedPins)
+
+	js, err := json.Marshal(m)
+	require.NoError(t, err)
+	assert.Contains(t, string(js), `"pins":[{"class":"pinned","start":0,"end":1},{"class":"pinned","start":30,"end":32}]`)
+	assert.Contains(t, string(js), `"dropped_pins":[{"start":0,"end":1}]`)
+	assert.Contains(t, string(js), `"carried_pins":[{"start":0,"end":1},{"start":30,"end":32}]`)
+
+	var b bytes.Buffer
+	require.NoError(t, WriteText(&b, m, TextOptions{Width: 52}))
+	out := b.String()
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  pinned    ") {
+			row = l[labelWidth:]
+		}
+	}
+	assert.Equal(t, "*"+strings.Repeat(" ", 29)+"**", row, out)
+	assert.Contains(t, out, "* pinned (N): kept in the context      [0, 1), [30, 32)")
+	assert.Contains(t, out, "pinned N [0, 1), [30, 32)")
+	assert.Contains(t, out, "p1 (event e1): next carry_pins; DROPS PINNED [0, 1)")
+	assert.Contains(t, out, "head 52; carried pins [0, 1), [30, 32)")
+
+	b.Reset()
+	require.NoError(t, WriteSVG(&b, m))
+	wellFormed(t, b.Bytes())
+	svg := b.String()
+	assert.Contains(t, svg, "<title>pinned [30, 32)</title>")
+	assert.Contains(t, svg, "<title>dropped pins [0, 1)</title>")
+	assert.Contains(t, svg, "p1: coverage_hole at risk [0, 8); pin_dropped at risk [0, 1); next carry_pins; DROPS PINNED [0, 1)")
+	assert.Contains(t, svg, "carried pins [0, 1), [30, 32)")
+	if p := os.Getenv("SEAMGUARD_PINS_SVG"); p != "" {
+		require.NoError(t, os.WriteFile(p, b.Bytes(), 0o644)) // to look at it
+	}
+}

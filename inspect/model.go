@@ -39,6 +39,10 @@ const (
 	Hole Class = "hole"
 )
 
+// Pinned is the class of the pinned track: offsets the agent pinned (N),
+// turns that must stay in its working context (CONTRACT.md section 8).
+const Pinned Class = "pinned"
+
 // severity orders classes for a cell that covers several offsets: the cell
 // shows the most severe class among them.
 func (c Class) severity() int {
@@ -55,7 +59,7 @@ func (c Class) severity() int {
 		return 3
 	case Tail:
 		return 2
-	case Summary:
+	case Summary, Pinned:
 		return 1
 	}
 	return 0
@@ -95,6 +99,7 @@ type Sets struct {
 	Committed []Range `json:"committed"` // K
 	Spilled   []Range `json:"spilled"`   // P
 	Waived    []Range `json:"waived"`    // W
+	Pinned    []Range `json:"pinned"`    // N
 	Tail      []Range `json:"tail"`      // received, not in T, not in K
 	Gaps      []Range `json:"gaps"`      // never received
 	Holes     []Range `json:"holes"`     // held by nothing
@@ -119,6 +124,14 @@ type Entry struct {
 	// *events.CompactionRefused, *events.SpillHandle, *events.SessionHalted,
 	// *events.EventRejected or *events.CompactionViolation.
 	Data any `json:"data"`
+	// CarriedPins are the ranges the compaction request this verdict
+	// answers carried back into the new context (carried_pins), as read
+	// from the events stream; empty when it carried none or the request
+	// could not be read.
+	CarriedPins []Range `json:"carried_pins,omitempty"`
+	// DroppedPins are the pinned offsets a refusal says the compaction
+	// would drop (the at-risk offsets of its pin_dropped reason).
+	DroppedPins []Range `json:"dropped_pins,omitempty"`
 }
 
 // RequestID returns the compaction the verdict is about, "" for rejections
@@ -139,11 +152,33 @@ func (e Entry) RequestID() string {
 
 // EntryOf turns a decoded verdict and its stream sequence into an Entry.
 func EntryOf(seq uint64, v *events.Verdict) Entry {
-	return Entry{Seq: seq, Time: v.Time, ID: v.ID, Type: v.Type, Kind: v.Kind(), CausationID: v.Cause.ID, Data: v.Data}
+	e := Entry{Seq: seq, Time: v.Time, ID: v.ID, Type: v.Type, Kind: v.Kind(), CausationID: v.Cause.ID, Data: v.Data}
+	if d, ok := v.Data.(*events.CompactionRefused); ok {
+		for _, r := range d.Reasons {
+			if r.Code == events.ReasonPinDropped {
+				e.DroppedPins = append(e.DroppedPins, r.AtRisk...)
+			}
+		}
+	}
+	return e
+}
+
+// AttachCarried sets the CarriedPins of the entries that answer a
+// compaction request: carried maps a request event's id to the ranges it
+// carried.
+func AttachCarried(hist []Entry, carried map[string][]Range) {
+	for i, e := range hist {
+		switch e.Data.(type) {
+		case *events.CompactionAllowed, *events.CompactionRefused, *events.SessionHalted:
+			if c := carried[e.CausationID]; len(c) > 0 {
+				hist[i].CarriedPins = c
+			}
+		}
+	}
 }
 
 // Model is everything inspect shows about one session: the ledger's sets,
-// the picture's two tracks, and the decision history. It is plain data;
+// the picture's three tracks, and the decision history. It is plain data;
 // --json writes it as it is.
 type Model struct {
 	Session  string      `json:"session"`
@@ -159,7 +194,10 @@ type Model struct {
 	Context []Segment `json:"context"`
 	// Backup is the lower track: spilled, waived and hole segments, in
 	// order; offsets in none of them are held by the context.
-	Backup    []Segment           `json:"backup"`
+	Backup []Segment `json:"backup"`
+	// Pins is the pinned track: the pinned offsets (N), turns that must
+	// stay in the working context whatever the other tracks say.
+	Pins      []Segment           `json:"pins"`
 	Spills    uint32              `json:"spills"`
 	LastSpill *events.SpillHandle `json:"last_spill"`
 	Halt      *Halt               `json:"halt"`
@@ -200,6 +238,7 @@ func Build(v ledger.View, origin Origin, verdicts string, history []Entry) *Mode
 			Committed: ranges(v.Committed),
 			Spilled:   ranges(v.Spilled),
 			Waived:    ranges(v.Waived),
+			Pinned:    ranges(v.Pinned),
 			Tail:      ranges(tail),
 			Gaps:      ranges(gaps),
 			Holes:     ranges(holes),
@@ -229,14 +268,18 @@ func Build(v ledger.View, origin Origin, verdicts string, history []Entry) *Mode
 		{Waived, v.Waived},
 		{Hole, holes},
 	})
+	m.Pins = segments(v.Head, []layer{{Pinned, v.Pinned}})
 	return m
 }
 
 // classRanges returns the ranges the picture shows in class c.
 func (m *Model) classRanges(c Class) []Range {
 	segs := m.Context
-	if c == Spilled || c == Waived || c == Hole {
+	switch c {
+	case Spilled, Waived, Hole:
 		segs = m.Backup
+	case Pinned:
+		segs = m.Pins
 	}
 	out := []Range{}
 	for _, g := range segs {

@@ -161,6 +161,11 @@ func (s Source) Load(ctx context.Context, session string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	carried, err := s.carriedPins(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	AttachCarried(hist, carried)
 	return Build(st.Ledger.View(), Origin{From: "kv", Name: names.Sessions, Seq: st.Seq}, names.Verdicts, hist), nil
 }
 
@@ -177,10 +182,14 @@ func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, 
 	d := &Deriver{Subjects: s.Config.Subjects(), Config: cfg, Spill: s.SpillAnswers(outcomes, notes)}
 	var n int
 	var last uint64
+	carried := map[string][]Range{}
 	err = s.readStream(ctx, names.Events, []string{s.eventsFilter(session)}, nil, func(m message) error {
 		n++
 		last = m.meta.Sequence.Stream
-		_, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), last)
+		a, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), last)
+		if a.CarriedPins != nil {
+			carried[a.EventID] = a.CarriedPins
+		}
 		return err
 	})
 	if err != nil {
@@ -190,7 +199,31 @@ func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, 
 	if n == 0 || l == nil {
 		return nil, fmt.Errorf("%w: stream %s holds no events of session %q (it may have aged out)", ErrNoSession, names.Events, session)
 	}
+	AttachCarried(hist, carried)
 	return Build(l.View(), Origin{From: "events", Name: names.Events, Seq: last, Events: n}, names.Verdicts, hist), nil
+}
+
+// carriedPins reads the session's compaction requests from the events
+// stream and returns the carried_pins of those that carried any, by event
+// id. Requests that aged out of the stream are simply not found.
+func (s Source) carriedPins(ctx context.Context, session string) (map[string][]Range, error) {
+	names := s.Config.Names()
+	subjects := s.Config.Subjects()
+	out := map[string][]Range{}
+	err := s.readStream(ctx, names.Events, []string{s.eventsFilter(session)}, nil, func(m message) error {
+		ev, err := events.DecodeMsg(m.m.Subject(), m.m.Headers(), m.m.Data(), subjects)
+		if err != nil {
+			return nil // rejected inputs carry nothing
+		}
+		if r, ok := ev.Body.(*events.CompactionRequested); ok && len(r.CarriedPins) > 0 {
+			out[ev.ID] = r.CarriedPins
+		}
+		return nil
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return out, nil
+	}
+	return out, err
 }
 
 // SpillAnswers answers spill requests from the recorded outcomes. When no

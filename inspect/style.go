@@ -20,12 +20,14 @@ var styles = map[Class]style{
 	Spilled:   {'s', "46;30", "#56B4E9", "spilled (P): a spill holds it"},
 	Waived:    {'~', "100;97", "#8C8C8C", "waived (W): accepted as lost"},
 	Hole:      {'!', "41;97;1", "#D55E00", "hole: nothing holds it"},
+	Pinned:    {'*', "103;30", "#F0E442", "pinned (N): kept in the context"},
 }
 
-// contextOrder and backupOrder are the legend's order.
+// contextOrder, backupOrder and pinnedOrder are the legend's order.
 var (
 	contextOrder = []Class{Summary, Tail, Truncated, Gap}
 	backupOrder  = []Class{Spilled, Waived, Hole}
+	pinnedOrder  = []Class{Pinned}
 )
 
 // kindFill colours a verdict kind in the SVG history; kindSGR on a terminal.

@@ -21,6 +21,7 @@ const (
 	svgBarX1   = 970.0 // where it ends
 	svgCtxH    = 36.0  // context track height
 	svgBackH   = 16.0  // backup track height
+	svgPinH    = 12.0  // pinned track height
 	svgRowH    = 50.0  // one decision
 	svgFont    = "DejaVu Sans, Verdana, Helvetica, Arial, sans-serif"
 	svgInk     = "#222222"
@@ -31,11 +32,11 @@ const (
 // textOn is the ink that reads on each fill.
 var textOn = map[Class]string{
 	Summary: "#FFFFFF", Tail: "#FFFFFF", Truncated: "#000000", Gap: "#000000",
-	Spilled: "#000000", Waived: "#FFFFFF", Hole: "#FFFFFF",
+	Spilled: "#000000", Waived: "#FFFFFF", Hole: "#FFFFFF", Pinned: "#000000",
 }
 
 // WriteSVG draws the same picture as WriteText as a standalone SVG
-// document: the two tracks over an axis of offsets, the recovery floor, a
+// document: the three tracks over an axis of offsets, the recovery floor, a
 // legend with every set's ranges, and the decision history as a timeline of
 // rows, each with the offsets its verdict names drawn to the same scale.
 func WriteSVG(w io.Writer, m *Model) error {
@@ -119,16 +120,17 @@ func (s *svgWriter) draw() float64 {
 	}
 	y += 36
 	s.bar(y)
-	y += 112
+	y += 112 + svgPinH + 6
 	y = s.legend(y)
 	return s.history(y+12) + 16
 }
 
-// bar draws the axis at y, the two tracks under it and the floor bracket.
+// bar draws the axis at y, the three tracks under it and the floor bracket.
 func (s *svgWriter) bar(y float64) {
 	m := s.m
 	ctxY := y + 10
 	backY := ctxY + svgCtxH + 6
+	pinY := backY + svgBackH + 6
 	// Axis: round ticks far enough apart, and head at the end.
 	if m.Head > 0 {
 		// About 7 pixels a character: ticks at least 8 characters apart.
@@ -145,25 +147,32 @@ func (s *svgWriter) bar(y float64) {
 				weight = "bold"
 			}
 			s.text(x, y-2, 12, svgInk, "middle", weight, strconv.FormatUint(t, 10))
-			s.p(`<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1"/>`, num(x), num(y+1), num(x), num(backY+svgBackH), "#BBBBBB")
+			s.p(`<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1"/>`, num(x), num(y+1), num(x), num(pinY+svgPinH), "#BBBBBB")
 		}
 	}
 	s.text(svgLeft, ctxY+svgCtxH/2+5, 13, svgInk, "", "bold", "context")
 	s.text(svgLeft, backY+svgBackH/2+4, 12, svgInk, "", "", "backup")
+	s.text(svgLeft, pinY+svgPinH/2+4, 11, svgInk, "", "", "pinned")
 	s.p(`<rect x="%s" y="%s" width="%s" height="%s" fill="%s"/>`, num(svgBarX0), num(ctxY), num(svgBarX1-svgBarX0), num(svgCtxH), svgTrackBG)
 	s.p(`<rect x="%s" y="%s" width="%s" height="%s" fill="%s"/>`, num(svgBarX0), num(backY), num(svgBarX1-svgBarX0), num(svgBackH), svgTrackBG)
+	s.p(`<rect x="%s" y="%s" width="%s" height="%s" fill="%s"/>`, num(svgBarX0), num(pinY), num(svgBarX1-svgBarX0), num(svgPinH), svgTrackBG)
 	labels := s.segments(m.Context, ctxY, svgCtxH, true)
 	labels = append(labels, s.segments(m.Backup, backY, svgBackH, false)...)
+	labels = append(labels, s.segments(m.Pins, pinY, svgPinH, false)...)
 	if len(m.Backup) == 0 {
 		s.text((svgBarX0+svgBarX1)/2, backY+svgBackH/2+4, 10, svgMuted, "middle", "", "nothing else needed: the context holds every offset")
 	}
-	s.p(`<rect x="%s" y="%s" width="%s" height="%s" fill="none" stroke="%s" stroke-width="1"/>`, num(svgBarX0), num(ctxY), num(svgBarX1-svgBarX0), num(svgCtxH), svgInk)
-	s.p(`<rect x="%s" y="%s" width="%s" height="%s" fill="none" stroke="%s" stroke-width="1"/>`, num(svgBarX0), num(backY), num(svgBarX1-svgBarX0), num(svgBackH), svgInk)
+	if len(m.Pins) == 0 {
+		s.text((svgBarX0+svgBarX1)/2, pinY+svgPinH/2+3.5, 9, svgMuted, "middle", "", "no pinned turns")
+	}
+	for _, tr := range []struct{ y, h float64 }{{ctxY, svgCtxH}, {backY, svgBackH}, {pinY, svgPinH}} {
+		s.p(`<rect x="%s" y="%s" width="%s" height="%s" fill="none" stroke="%s" stroke-width="1"/>`, num(svgBarX0), num(tr.y), num(svgBarX1-svgBarX0), num(tr.h), svgInk)
+	}
 
 	// The recovery floor: a bracket under the tracks, and a dashed line
 	// where it starts.
 	f := m.Floor
-	fy := backY + svgBackH + 14
+	fy := pinY + svgPinH + 14
 	if f.Span > 0 && !f.Range.Empty() {
 		x0, x1 := s.x(f.Range.Start), s.x(f.Range.End)
 		s.p(`<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1.5" stroke-dasharray="4 3"/>`, num(x0), num(ctxY-4), num(x0), num(fy), svgInk)
@@ -193,7 +202,7 @@ func (s *svgWriter) segments(segs []Segment, y, h float64, tall bool) []func() {
 	for _, g := range segs {
 		x0, x1 := s.x(g.Start), s.x(g.End)
 		minW := 1.0
-		if g.Class == Hole || g.Class == Gap || g.Class == Truncated {
+		if g.Class == Hole || g.Class == Gap || g.Class == Truncated || g.Class == Pinned {
 			minW = 2.5 // a lone offset of a long session must still show
 		}
 		if x1-x0 < minW {
@@ -207,7 +216,7 @@ func (s *svgWriter) segments(segs []Segment, y, h float64, tall bool) []func() {
 			num(x0), num(y), num(x1-x0), num(h), fill, g.Class, fmtRange(Range{Start: g.Start, End: g.End}))
 		size, char := 11, 6.6
 		if !tall {
-			size, char = 10, 6.0
+			size, char = int(min(10, h-4)), min(6.0, (h-4)*0.6)
 		}
 		text := fmt.Sprintf("%s %s", g.Class, fmtRange(Range{Start: g.Start, End: g.End}))
 		if float64(len(text))*char+8 > x1-x0 {
@@ -231,8 +240,7 @@ func (s *svgWriter) segments(segs []Segment, y, h float64, tall bool) []func() {
 // the y under it.
 func (s *svgWriter) legend(y float64) float64 {
 	m := s.m
-	col := func(x float64, title string, classes []Class) float64 {
-		yy := y
+	col := func(x, yy float64, title string, classes []Class) float64 {
 		s.text(x, yy, 13, svgInk, "", "bold", title)
 		for _, c := range classes {
 			yy += 21
@@ -246,11 +254,12 @@ func (s *svgWriter) legend(y float64) float64 {
 		}
 		return yy
 	}
-	a := col(svgLeft, "context track: what the working context holds", contextOrder)
-	b := col(svgLeft+490, "backup track: what else holds it", backupOrder)
+	a := col(svgLeft, y, "context track: what the working context holds", contextOrder)
+	a = col(svgLeft, a+28, "pinned track: what must stay in the context", pinnedOrder)
+	b := col(svgLeft+490, y, "backup track: what else holds it", backupOrder)
 	b += 21
-	s.text(svgLeft+490, b, 12, svgMuted, "", "", fmt.Sprintf("ledger sets: received %s; T %s; K %s",
-		ledger.FormatRanges(m.Sets.Received), ledger.FormatRanges(m.Sets.Truncated), ledger.FormatRanges(m.Sets.Committed)))
+	s.text(svgLeft+490, b, 12, svgMuted, "", "", fmt.Sprintf("ledger sets: received %s; T %s; K %s; N %s",
+		ledger.FormatRanges(m.Sets.Received), ledger.FormatRanges(m.Sets.Truncated), ledger.FormatRanges(m.Sets.Committed), ledger.FormatRanges(m.Sets.Pinned)))
 	return max(a, b) + 14
 }
 
@@ -316,9 +325,26 @@ func (s *svgWriter) entry(e Entry, y float64) {
 	case *events.CompactionAllowed:
 		mark(d.SummaryCoverage, Summary)
 		mark([]Range{{Start: d.TailStart, End: d.Head}}, Tail)
+		mark(e.CarriedPins, Pinned)
 	case *events.CompactionRefused:
 		for _, r := range d.Reasons {
-			mark(r.AtRisk, Hole)
+			if r.Code != events.ReasonPinDropped {
+				mark(r.AtRisk, Hole)
+			}
+		}
+		mark(e.CarriedPins, Pinned)
+		// Dropped pins over the rest, in the pinned colour with a red
+		// frame: the rule the compaction would take out of the context.
+		for _, r := range e.DroppedPins {
+			if r.Empty() || m.Head == 0 {
+				continue
+			}
+			x0, x1 := s.x(min(r.Start, m.Head)), s.x(min(r.End, m.Head))
+			if x1-x0 < 2.5 {
+				x1 = x0 + 2.5
+			}
+			s.p(`<rect x="%s" y="%s" width="%s" height="10" fill="%s" stroke="%s" stroke-width="1.5"><title>dropped pins %s</title></rect>`,
+				num(x0), num(ty), num(x1-x0), styles[Pinned].fill, styles[Hole].fill, fmtRange(r))
 		}
 	case *events.SpillHandle:
 		mark([]Range{d.Range}, Spilled)
@@ -342,7 +368,7 @@ func entryLine(e Entry) string {
 				s += " by " + h.Name
 			}
 		}
-		return s
+		return s + pinsLine(e)
 	case *events.CompactionRefused:
 		parts := make([]string, 0, len(d.Reasons))
 		for _, r := range d.Reasons {
@@ -352,7 +378,7 @@ func entryLine(e Entry) string {
 		if d.Spill != nil {
 			s += "; spill " + d.Spill.Name
 		}
-		return s
+		return s + pinsLine(e)
 	case *events.SpillHandle:
 		return fmt.Sprintf("%s: %s, %d events (seq %d to %d), %d bytes, %s%s", d.Name, fmtRange(d.Range), d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest, afterSpill(d))
 	case *events.SessionHalted:
@@ -363,6 +389,19 @@ func entryLine(e Entry) string {
 		return fmt.Sprintf("%s: %s", d.RequestID, abbreviate(d.Message, 110))
 	}
 	return e.Type
+}
+
+// pinsLine says which pins a verdict's request carried and which it
+// would drop.
+func pinsLine(e Entry) string {
+	s := ""
+	if len(e.CarriedPins) > 0 {
+		s += "; carried pins " + ledger.FormatRanges(e.CarriedPins)
+	}
+	if len(e.DroppedPins) > 0 {
+		s += "; DROPS PINNED " + ledger.FormatRanges(e.DroppedPins)
+	}
+	return s
 }
 
 func abbreviate(s string, n int) string {

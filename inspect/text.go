@@ -237,6 +237,11 @@ func (t *textWriter) bar(m *Model, width int) {
 	} else {
 		t.track("backup", s.row(m.Backup))
 	}
+	if len(m.Pins) == 0 {
+		t.line("  %-*s(no pinned turns)", labelWidth-2, "pinned")
+	} else {
+		t.track("pinned", s.row(m.Pins))
+	}
 
 	f := m.Floor
 	if f.Span > 0 && !f.Range.Empty() {
@@ -279,16 +284,17 @@ func (t *textWriter) legend(m *Model) {
 	for _, group := range []struct {
 		name    string
 		classes []Class
-	}{{"context track (what the working context holds)", contextOrder}, {"backup track (what else holds an offset)", backupOrder}} {
+	}{{"context track (what the working context holds)", contextOrder}, {"backup track (what else holds an offset)", backupOrder},
+		{"pinned track (turns that must stay in the working context)", pinnedOrder}} {
 		t.line("  %s:", group.name)
 		for _, c := range group.classes {
 			st := styles[c]
 			t.line("    %s %-36s %s", t.paint(st.sgr, string(st.mark)), st.legend, ledger.FormatRanges(m.classRanges(c)))
 		}
 	}
-	t.line("  ledger sets: received %s; truncated T %s; committed K %s; spilled P %s; waived W %s",
+	t.line("  ledger sets: received %s; truncated T %s; committed K %s; spilled P %s; waived W %s; pinned N %s",
 		ledger.FormatRanges(m.Sets.Received), ledger.FormatRanges(m.Sets.Truncated), ledger.FormatRanges(m.Sets.Committed),
-		ledger.FormatRanges(m.Sets.Spilled), ledger.FormatRanges(m.Sets.Waived))
+		ledger.FormatRanges(m.Sets.Spilled), ledger.FormatRanges(m.Sets.Waived), ledger.FormatRanges(m.Sets.Pinned))
 	t.line("")
 }
 
@@ -322,13 +328,13 @@ func (t *textWriter) history(m *Model) {
 					s += " by " + h.Name
 				}
 			}
-			t.line("%s", s)
+			t.line("%s%s", s, t.pins(e))
 		case *events.CompactionRefused:
 			s := fmt.Sprintf("%s %s%s: next %s", head, d.RequestID, cause, d.Next)
 			if d.Spill != nil {
 				s += ", spill " + d.Spill.Name
 			}
-			t.line("%s", s)
+			t.line("%s%s", s, t.pins(e))
 			for _, r := range d.Reasons {
 				t.line("          %-20s at risk %s", r.Code, ledger.FormatRanges(r.AtRisk))
 			}
@@ -344,6 +350,19 @@ func (t *textWriter) history(m *Model) {
 			t.line("%s %s%s", head, e.Type, cause)
 		}
 	}
+}
+
+// pins says which pinned offsets a verdict's request carried and which it
+// would drop.
+func (t *textWriter) pins(e Entry) string {
+	s := ""
+	if len(e.CarriedPins) > 0 {
+		s += "; carried pins " + ledger.FormatRanges(e.CarriedPins)
+	}
+	if len(e.DroppedPins) > 0 {
+		s += "; " + t.paint(styles[Hole].sgr, "DROPS PINNED "+ledger.FormatRanges(e.DroppedPins))
+	}
+	return s
 }
 
 // afterSpill names the spill before h in its chain, if any.

@@ -81,9 +81,9 @@ func (d *deployment) publish(t *testing.T, lines []string) {
 // stripANSI removes SGR sequences.
 var stripANSI = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
-// TestInspectGolden runs the seed story and the healthy chain through a
-// processor and checks `inspect` against golden files: the picture as
-// text, as SVG and as JSON. It also checks that --rebuild derives the same
+// TestInspectGolden runs the seed story, the healthy chain and the pinned
+// story through a processor and checks `inspect` against golden files: the
+// picture as text, as SVG and as JSON. It also checks that --rebuild derives the same
 // ledger from the events stream, and that colours change nothing but
 // colours. go test ./cmd/seamguard -run TestInspectGolden -update rewrites
 // the goldens.
@@ -92,6 +92,7 @@ func TestInspectGolden(t *testing.T) {
 	stories := []struct{ file, session string }{
 		{"seed-story.jsonl", "ops-agent-42"},
 		{"healthy-chain.jsonl", "healthy-chain"},
+		{"pinned-story.jsonl", "sess-pinned"},
 	}
 	// One story after the other, so that stream sequences are the same on
 	// every run.
