@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
@@ -43,8 +48,9 @@ type ReplayOptions struct {
 // Difference is one way the verdict stream differs from the derivation.
 type Difference struct {
 	// Kind is "missing" (derived, not recorded), "extra" (recorded, not
-	// derived), "different" (same id, other content) or "duplicate" (the
-	// id recorded more than once).
+	// derived), "different" (same id, other content), "duplicate" (the
+	// id recorded more than once) or "state" (the session bucket's ledger
+	// differs from the derived one; ID is then the bucket's key).
 	Kind       string `json:"kind"`
 	ID         string `json:"id"`
 	Session    string `json:"session"`
@@ -61,15 +67,19 @@ type Difference struct {
 
 // ReplayReport is what a replay found.
 type ReplayReport struct {
-	EventsStream  string       `json:"events_stream"`
-	VerdictStream string       `json:"verdict_stream"`
-	Events        int          `json:"events"`   // input messages stepped
-	Sessions      int          `json:"sessions"` // sessions seen
-	FromSeq       uint64       `json:"from_seq"` // first input sequence whose decisions were compared
-	Derived       int          `json:"derived"`  // verdicts derived and compared
-	Recorded      int          `json:"recorded"` // verdicts read from the verdict stream
-	Matched       int          `json:"matched"`  // derived verdicts recorded identically
-	Differences   []Difference `json:"differences"`
+	EventsStream  string `json:"events_stream"`
+	VerdictStream string `json:"verdict_stream"`
+	Events        int    `json:"events"`   // input messages stepped
+	Sessions      int    `json:"sessions"` // sessions seen
+	FromSeq       uint64 `json:"from_seq"` // first input sequence whose decisions were compared
+	Derived       int    `json:"derived"`  // verdicts derived and compared
+	Recorded      int    `json:"recorded"` // verdicts read from the verdict stream
+	Matched       int    `json:"matched"`  // derived verdicts recorded identically
+	// States counts the sessions whose stored ledger (the session bucket's
+	// snapshot) was compared with the derived one, set by set.
+	States      int          `json:"states_compared"`
+	StateBucket string       `json:"state_bucket"`
+	Differences []Difference `json:"differences"`
 }
 
 // recorded is one message of the verdict stream.
@@ -85,6 +95,11 @@ type recorded struct {
 // A spill request is answered with the outcome recorded in the compared
 // verdict stream (transcript.spilled or session.halted), as the
 // processor's rebuild does; see SpillAnswers for when none is recorded.
+//
+// Then every derived session's ledger is compared with the session bucket's
+// snapshot of it, set by set, the pinned set N included, when the snapshot
+// is of the same input as the derivation (compareStates); --since does not
+// limit this comparison, which is of the state after the last input.
 //
 // Verdicts are compared by id, which derives from the input they answer;
 // the time and source attributes are left out of the comparison, since
@@ -159,6 +174,7 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 	if !o.SinceTime.IsZero() {
 		rep.FromSeq = math.MaxUint64 // until an input at or after the time shows up
 	}
+	lastSeq := map[string]uint64{} // session -> the last input of it stepped
 	var total uint64
 	err = s.readStream(ctx, names.Events, efilters, func(n uint64) { total = n }, func(m message) error {
 		seq := m.meta.Sequence.Stream
@@ -170,6 +186,9 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 			return err
 		}
 		rep.Events++
+		if a.Session != "" {
+			lastSeq[a.Session] = seq
+		}
 		if o.Progress != nil {
 			o.Progress(uint64(rep.Events), total)
 		}
@@ -247,6 +266,14 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 			rep.Differences = append(rep.Differences, diff)
 		}
 	}
+	// The stored ledgers, set by set.
+	rep.StateBucket = names.Sessions
+	states, err := s.compareStates(ctx, d, lastSeq, o.Notes)
+	if err != nil {
+		return nil, err
+	}
+	rep.States = len(lastSeq) - len(states.skipped)
+	rep.Differences = append(rep.Differences, states.diffs...)
 	sort.SliceStable(rep.Differences, func(i, j int) bool {
 		a, b := rep.Differences[i], rep.Differences[j]
 		if a.InputSeq != b.InputSeq {
@@ -258,6 +285,96 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 		rep.FromSeq = 0
 	}
 	return rep, nil
+}
+
+// stateComparison is what compareStates found.
+type stateComparison struct {
+	diffs   []Difference
+	skipped []string // sessions not compared
+}
+
+// compareStates compares every derived session's ledger with the one the
+// session bucket holds, when the bucket's is at the same input as the
+// derivation: its head, status and every set (received, T, K, P, W and the
+// pinned set N). A snapshot at another input (the processor is behind or
+// ahead of what was read) is not compared, and notes says so.
+func (s Source) compareStates(ctx context.Context, d *Deriver, lastSeq map[string]uint64, notes func(string)) (stateComparison, error) {
+	var sc stateComparison
+	note := func(format string, args ...any) {
+		if notes != nil {
+			notes(fmt.Sprintf(format, args...))
+		}
+	}
+	names := s.Config.Names()
+	sessions := make([]string, 0, len(lastSeq))
+	for sid := range lastSeq {
+		sessions = append(sessions, sid)
+	}
+	sort.Strings(sessions)
+	kv, err := s.JS.KeyValue(ctx, names.Sessions)
+	if err != nil {
+		note("bucket %s: %v; no session's stored ledger was compared", names.Sessions, err)
+		sc.skipped = sessions
+		return sc, nil
+	}
+	for _, sid := range sessions {
+		derived := d.Ledger(sid).View()
+		e, err := kv.Get(ctx, sid)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if derived.Status != "new" {
+				note("bucket %s holds no state for session %s; its ledger was not compared", names.Sessions, sid)
+			}
+			sc.skipped = append(sc.skipped, sid)
+			continue
+		}
+		if err != nil {
+			return sc, fmt.Errorf("inspect: replay: read %s from bucket %s: %w", sid, names.Sessions, err)
+		}
+		diff := Difference{Kind: "state", ID: names.Sessions + "/" + sid, Session: sid, Type: "session.state", InputSeq: lastSeq[sid]}
+		st, err := processor.UnmarshalState(e.Value())
+		if err != nil {
+			diff.Fields = []string{"snapshot: " + err.Error()}
+			sc.diffs = append(sc.diffs, diff)
+			continue
+		}
+		if st.Seq != lastSeq[sid] {
+			note("bucket %s holds session %s as of events seq %d and the replay read up to seq %d; its ledger was not compared", names.Sessions, sid, st.Seq, lastSeq[sid])
+			sc.skipped = append(sc.skipped, sid)
+			continue
+		}
+		if diff.Fields = stateDiff(derived, st.Ledger.View()); len(diff.Fields) > 0 {
+			sc.diffs = append(sc.diffs, diff)
+		}
+	}
+	return sc, nil
+}
+
+// stateDiff names what differs between a derived ledger and a stored one.
+func stateDiff(derived, stored ledger.View) []string {
+	var out []string
+	if derived.Head != stored.Head {
+		out = append(out, fmt.Sprintf("head: derived %d, stored %d", derived.Head, stored.Head))
+	}
+	if derived.Status != stored.Status {
+		out = append(out, fmt.Sprintf("status: derived %s, stored %s", derived.Status, stored.Status))
+	}
+	for _, set := range []struct {
+		name     string
+		der, sto ledger.RangeSet
+	}{
+		{"received", derived.Received, stored.Received},
+		{"truncated T", derived.Truncated, stored.Truncated},
+		{"committed K", derived.Committed, stored.Committed},
+		{"spilled P", derived.Spilled, stored.Spilled},
+		{"waived W", derived.Waived, stored.Waived},
+		{"pinned N", derived.Pinned, stored.Pinned},
+	} {
+		a, b := set.der.Ranges(), set.sto.Ranges()
+		if !slices.Equal(a, b) {
+			out = append(out, fmt.Sprintf("%s: derived %s, stored %s", set.name, ledger.FormatRanges(a), ledger.FormatRanges(b)))
+		}
+	}
+	return out
 }
 
 // normalise returns a verdict body as canonical JSON without the time and

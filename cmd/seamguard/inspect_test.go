@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/processor/ledger"
 )
 
 const inspectGoldenDir = "testdata/inspect"
@@ -180,6 +182,7 @@ func TestReplay(t *testing.T) {
 	assert.Contains(t, out, "; no difference")
 	var rep struct {
 		Events, Sessions, Derived, Recorded, Matched int
+		States                                       int `json:"states_compared"`
 	}
 	code, js, stderr := runCLI(t, "", "replay", "--nats-url", d.url, "--json")
 	require.Equal(t, 0, code, stderr)
@@ -188,6 +191,8 @@ func TestReplay(t *testing.T) {
 	assert.Equal(t, rep.Derived, rep.Matched)
 	assert.Greater(t, rep.Derived, 20, "every story's verdicts, rejections included")
 	assert.Equal(t, len(stories), rep.Sessions-1, "the stories' sessions, and \"unnamed\", where publishLines puts lines that name no valid session")
+	assert.Equal(t, rep.Sessions, rep.States, "every session's stored ledger compared with the derived one (unnamed's holds only rejections)")
+	assert.Contains(t, out, fmt.Sprintf("; %d session ledger(s) compared with bucket seamguard-sessions", rep.Sessions))
 
 	// A copy of the verdict stream with three plants.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -270,6 +275,37 @@ func TestReplay(t *testing.T) {
 	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--since", time.Now().Add(time.Hour).Format(time.RFC3339))
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "0 verdicts derived")
+
+	// A stored ledger whose pinned set differs from the derived one: the
+	// pinned story ends with its rule unpinned; the bucket is made to say
+	// it is still pinned, at the same input.
+	kv, err := d.JS.KeyValue(ctx, "seamguard-sessions")
+	require.NoError(t, err)
+	e, err := kv.Get(ctx, "sess-pinned")
+	require.NoError(t, err)
+	st, err := processor.UnmarshalState(e.Value())
+	require.NoError(t, err)
+	require.Empty(t, st.Ledger.View().Pinned.Ranges(), "the pinned story ends unpinned")
+	pin := &events.Event{ID: "tamper-1", Source: "urn:test", Type: events.TypeContextPinned, Subject: "sess-pinned",
+		Body: &events.ContextPinned{Range: events.Range{Start: 0, End: 1}}, Meta: events.Meta{Seq: st.Seq}}
+	_, err = ledger.Step(&st.Ledger, ledger.Input{Event: pin}, ledger.Config{})
+	require.NoError(t, err)
+	b, err := processor.MarshalState(st.Seq, &st.Ledger)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "sess-pinned", b)
+	require.NoError(t, err)
+	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url)
+	assert.Equal(t, 1, code, "a stored pinned set that differs is a difference:\n%s%s", out, stderr)
+	assert.Contains(t, out, "state     sess-pinned  session.state  seamguard-sessions/sess-pinned")
+	assert.Contains(t, out, "          pinned N: derived none, stored [0, 1)\n")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	assert.Contains(t, lines[len(lines)-1], "1 difference(s): 1 state")
+	code, js, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--json", "--session", "sess-pinned")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, js, `"pinned N: derived none, stored [0, 1)"`)
+	// Put it back as it was.
+	_, err = kv.Put(ctx, "sess-pinned", e.Value())
+	require.NoError(t, err)
 
 	// The progress bar, forced on.
 	code, _, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--progress", "always")

@@ -34,7 +34,9 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintln(stderr, "usage: seamguard replay [--session S] [--since SEQ|TIME] [--verdicts STREAM] [--policy spill|halt] [--json]")
 		fmt.Fprintln(stderr, "\nDerives every decision again from the events stream with the pure core and compares")
 		fmt.Fprintln(stderr, "it, verdict by verdict, with the verdict stream. Prints each verdict that is missing,")
-		fmt.Fprintln(stderr, "extra or different, and exits 1 if there is one, 0 if there is none.")
+		fmt.Fprintln(stderr, "extra or different; then compares each session's ledger in the session bucket with")
+		fmt.Fprintln(stderr, "the derived one, set by set (received, truncated, committed, spilled, waived and")
+		fmt.Fprintln(stderr, "pinned), and prints each that differs. Exits 1 if there is a difference, 0 if none.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -154,7 +156,7 @@ func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
 			fmt.Fprintf(w, "          in %s, not derived: %s\n", rep.VerdictStream, d.Recorded)
 		case "duplicate":
 			fmt.Fprintf(w, "          recorded more than once\n")
-		case "different":
+		case "different", "state":
 			for _, f := range d.Fields {
 				fmt.Fprintf(w, "          %s\n", f)
 			}
@@ -164,14 +166,14 @@ func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
 	if rep.FromSeq > 1 {
 		from = fmt.Sprintf(", compared from input seq %d", rep.FromSeq)
 	}
-	fmt.Fprintf(w, "replayed %d events of %d session(s) from %s%s: %d verdicts derived, %d recorded in %s, %d identical",
-		rep.Events, rep.Sessions, rep.EventsStream, from, rep.Derived, rep.Recorded, rep.VerdictStream, rep.Matched)
+	fmt.Fprintf(w, "replayed %d events of %d session(s) from %s%s: %d verdicts derived, %d recorded in %s, %d identical; %d session ledger(s) compared with bucket %s",
+		rep.Events, rep.Sessions, rep.EventsStream, from, rep.Derived, rep.Recorded, rep.VerdictStream, rep.Matched, rep.States, rep.StateBucket)
 	if len(rep.Differences) == 0 {
 		fmt.Fprintln(w, "; no difference")
 		return
 	}
 	var parts []string
-	for _, k := range []string{"missing", "extra", "different", "duplicate"} {
+	for _, k := range []string{"missing", "extra", "different", "duplicate", "state"} {
 		if kinds[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
 		}
