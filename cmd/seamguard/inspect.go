@@ -29,8 +29,10 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "usage: seamguard inspect SESSION [--svg FILE] [--json] [--rebuild] [--verify-spills] [--color auto|always|never]")
 		fmt.Fprintln(stderr, "\nDraws a session's ledger over [0, head): what its context holds (summary, verbatim")
 		fmt.Fprintln(stderr, "tail, truncated offsets, gaps) and what else holds it (spills, waivers, or nothing:")
-		fmt.Fprintln(stderr, "holes), the recovery floor, and every verdict decided for it. It reads the session")
-		fmt.Fprintln(stderr, "bucket and the verdict stream; --rebuild reads the events stream instead of the bucket.")
+		fmt.Fprintln(stderr, "holes), the pinned offsets, the recovery floor, and every verdict decided for it, with")
+		fmt.Fprintln(stderr, "the pins each refusal drops and each request carried. It reads the session bucket, the")
+		fmt.Fprintln(stderr, "verdict stream and the session's requests in the events stream; --rebuild derives the")
+		fmt.Fprintln(stderr, "ledger from the events stream instead of reading the bucket.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
