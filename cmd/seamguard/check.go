@@ -18,6 +18,8 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.SetOutput(stderr)
 	spillDir := fs.String("spill-dir", "", "directory for spill files (default: a new temporary directory, named on stderr)")
 	policy := fs.String("policy", "spill", "what to do with an unrecoverable compaction: spill or halt")
+	var lf limitFlags
+	lf.register(fs)
 	source := fs.String("source", events.DefaultSource, "the source attribute of output events")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard check [--spill-dir DIR] [--policy spill|halt] [FILE|-]")
@@ -35,6 +37,9 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fmt.Errorf("%w: check takes one input file (or - for standard input), got %d: %s", errUsage, len(pos), strings.Join(pos, " "))
 	}
 	var cfg ledger.Config
+	if cfg.Limits, err = lf.limits(); err != nil {
+		return err
+	}
 	switch *policy {
 	case "spill":
 	case "halt":

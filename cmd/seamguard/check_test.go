@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -285,4 +286,34 @@ func TestCheckStdinAndBadLines(t *testing.T) {
 		assert.Equal(t, []uint64{1, 4}[i], v.Data.(*events.EventRejected).Input.Seq, "line numbers count blank lines")
 	}
 	assert.Contains(t, stderr, "session s1: open")
+}
+
+// TestCheckTakesTheLimits: check decides with the limits it is given, as
+// serve does: a third disjoint truncation past --max-ranges 2 is rejected
+// with state_limit and halts the session; with the defaults it is not.
+func TestCheckTakesTheLimits(t *testing.T) {
+	ev := func(n int, typ, data string) string {
+		return fmt.Sprintf(`{"specversion":"1.0","id":"lim-%d","source":"urn:test","type":"io.seamguard.%s","subject":"lim","datacontenttype":"application/json","data":%s}`, n, typ, data)
+	}
+	lines := []string{ev(0, "session.opened", `{"unit":"turns","recovery_floor":{"span":2,"unit":"turns"}}`)}
+	for i := range 10 {
+		lines = append(lines, ev(1+i, "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1}`, i)))
+	}
+	for i := range 3 {
+		lines = append(lines, ev(20+i, "context.truncated", fmt.Sprintf(`{"range":{"start":%d,"end":%d}}`, 2*i, 2*i+1)))
+	}
+	in := strings.Join(lines, "\n") + "\n"
+
+	code, stdout, stderr := runCLI(t, in, "check", "--spill-dir", t.TempDir(), "--max-ranges", "2")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"code":"state_limit"`)
+	require.Contains(t, stdout, "io.seamguard.session.halted")
+
+	code, stdout, stderr = runCLI(t, in, "check", "--spill-dir", t.TempDir())
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "state_limit")
+
+	code, _, stderr = runCLI(t, in, "check", "--max-requests", "5")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "MaxRequests")
 }

@@ -22,6 +22,8 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	asJSON := fs.Bool("json", false, "print the session as JSON (for scripts) instead of the picture")
 	rebuild := fs.Bool("rebuild", false, "derive the ledger from the events stream with the pure core instead of reading the session bucket")
 	policy := fs.String("policy", "spill", "with --rebuild: the processor's --policy, spill or halt")
+	var lf limitFlags
+	lf.register(fs)
 	color := fs.String("color", "auto", "colours: auto (when standard output is a terminal), always or never")
 	width := fs.Int("width", 0, "the most character cells the bar takes (default 64)")
 	verify := fs.Bool("verify-spills", false, "also read the newest spill's whole chain, verify every digest, and check that it holds exactly the session's accepted events, derived again from the events stream")
@@ -49,6 +51,9 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	cfg, err := policyConfig(*policy)
 	if err != nil {
+		return err
+	}
+	if cfg.Limits, err = lf.limits(); err != nil {
 		return err
 	}
 	useColor, err := colorFlag(*color, stdout)

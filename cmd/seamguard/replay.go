@@ -28,6 +28,8 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	since := fs.String("since", "", "compare only the decisions about inputs at or after this events stream `SEQ`uence or RFC3339 time; earlier inputs are still stepped, to build the state")
 	verdicts := fs.String("verdicts", "", "compare with this `STREAM` instead of the deployment's verdict stream (e.g. a copy)")
 	policy := fs.String("policy", "spill", "the processor's --policy, spill or halt")
+	var lf limitFlags
+	lf.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	progress := fs.String("progress", "auto", "progress bar on standard error: auto (when it is a terminal and the replay takes over a second), always or never")
 	fs.Usage = func() {
@@ -52,6 +54,9 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	cfg, err := policyConfig(*policy)
 	if err != nil {
+		return err
+	}
+	if cfg.Limits, err = lf.limits(); err != nil {
 		return err
 	}
 	opts := inspect.ReplayOptions{Session: *session, Verdicts: *verdicts, Config: cfg}

@@ -25,10 +25,40 @@ import (
 
 // procFlags are the processor settings shared by serve and demo.
 type procFlags struct {
-	cfg           processor.Config
-	policy        string
+	cfg    processor.Config
+	policy string
+	limits limitFlags
+}
+
+// limitFlags are a session ledger's limits: serve decides with them, and
+// check, inspect and replay must be given the same to decide alike.
+type limitFlags struct {
+	l             ledger.Limits
 	snapshotBytes int64
 	spillQuota    int64
+}
+
+func (f *limitFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.l.MaxRanges, "max-ranges", ledger.DefaultMaxRanges, "most ranges any one set of a session's ledger may hold (received, truncated, coverage, spilled, waived, pinned); more halts the session (state_limit)")
+	fs.IntVar(&f.l.MaxRequests, "max-requests", ledger.DefaultMaxRequests, fmt.Sprintf("request ids a session remembers (at least %d); a commit of a forgotten one is a violation", ledger.DefaultMaxRequests))
+	f.snapshotBytes = ledger.DefaultMaxSnapshotBytes
+	fs.Var(sizeValue{&f.snapshotBytes}, "max-snapshot-bytes", "most bytes a session's snapshot may take (serve keeps it under the bucket's value limit); more halts the session (state_limit)")
+	f.spillQuota = int64(ledger.DefaultSpillQuota)
+	fs.Var(sizeValue{&f.spillQuota}, "spill-quota", "most bytes all the spills of one session may take, e.g. 1GiB; a spill past it halts the session")
+}
+
+// limits returns the limits the flags say.
+func (f *limitFlags) limits() (ledger.Limits, error) {
+	l := f.l
+	if f.snapshotBytes > math.MaxInt32 {
+		return l, fmt.Errorf("%w: --max-snapshot-bytes %d is more than a NATS message can hold; use at most 64MiB", errUsage, f.snapshotBytes)
+	}
+	l.MaxSnapshotBytes = int(f.snapshotBytes)
+	l.SpillQuota = uint64(f.spillQuota)
+	if err := l.Validate(); err != nil {
+		return l, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return l, nil
 }
 
 func (p *procFlags) register(fs *flag.FlagSet) {
@@ -47,12 +77,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
 	fs.DurationVar(&p.cfg.RetryFor, "retry-for", processor.DefaultRetryFor, "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
 	fs.DurationVar(&p.cfg.DrainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
-	fs.IntVar(&p.cfg.Limits.MaxRanges, "max-ranges", ledger.DefaultMaxRanges, "most ranges any one set of a session's ledger may hold (received, truncated, coverage, spilled, waived); more halts the session (state_limit)")
-	fs.IntVar(&p.cfg.Limits.MaxRequests, "max-requests", ledger.DefaultMaxRequests, fmt.Sprintf("request ids a session remembers (at least %d); a commit of a forgotten one is a violation", ledger.DefaultMaxRequests))
-	p.snapshotBytes = ledger.DefaultMaxSnapshotBytes
-	fs.Var(sizeValue{&p.snapshotBytes}, "max-snapshot-bytes", "most bytes a session's snapshot may take (kept under the bucket's value limit); more halts the session (state_limit)")
-	p.spillQuota = int64(ledger.DefaultSpillQuota)
-	fs.Var(sizeValue{&p.spillQuota}, "spill-quota", "most bytes all the spills of one session may take, e.g. 1GiB; a spill past it halts the session")
+	p.limits.register(fs)
 	fs.Var(sizeValue{&p.cfg.SpillBucketMaxBytes}, "spill-bucket-max-bytes", "the most the spill bucket may hold, e.g. 50GiB; a spill that does not fit halts its session; 0: no limit but the server's storage")
 	fs.DurationVar(&p.cfg.SweepEvery, "sweep-every", processor.DefaultSweepEvery, "how often the spill bucket is swept for orphaned chunks (of spills cut short by a crash); negative: never")
 	fs.DurationVar(&p.cfg.SweepMinAge, "sweep-min-age", processor.DefaultSweepMinAge, "how old unnamed chunks must be before a sweep purges them")
@@ -61,11 +86,10 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 
 func (p *procFlags) config() (processor.Config, error) {
 	c := p.cfg
-	if p.snapshotBytes > math.MaxInt32 {
-		return c, fmt.Errorf("%w: --max-snapshot-bytes %d is more than a NATS message can hold; use at most 64MiB", errUsage, p.snapshotBytes)
+	var err error
+	if c.Limits, err = p.limits.limits(); err != nil {
+		return c, err
 	}
-	c.Limits.MaxSnapshotBytes = int(p.snapshotBytes)
-	c.Limits.SpillQuota = uint64(p.spillQuota)
 	switch p.policy {
 	case "spill":
 		c.Policy = ledger.PolicySpill
