@@ -1,14 +1,8 @@
 package processor_test
 
 import (
-	"encoding/json"
 	"testing"
-	"time"
 
-	nats_jetstream "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
-	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,12 +21,7 @@ const (
 // ledger end to end.
 func TestPinnedStoryOverNATS(t *testing.T) {
 	lines := readLines(t, pinnedStory)
-	var golden []*events.Verdict
-	for _, l := range readLines(t, pinnedGolden) {
-		v, err := events.DecodeVerdict(l)
-		require.NoError(t, err)
-		golden = append(golden, v)
-	}
+	golden := readGolden(t, pinnedGolden)
 	require.Len(t, golden, 6)
 
 	for _, mode := range []string{"binary", "structured-sdk"} {
@@ -40,26 +29,8 @@ func TestPinnedStoryOverNATS(t *testing.T) {
 			e := newEnv(t)
 			cfg := baseConfig()
 			cfg.Source = events.DefaultSource
-			r := e.start(t, cfg)
 			subj := cfg.Subjects()
-			switch mode {
-			case "binary":
-				msgs := make([]*nats.Msg, len(lines))
-				for i, l := range lines {
-					msgs[i] = binaryMsg(t, subj, l)
-				}
-				e.publishAll(t, msgs)
-			case "structured-sdk":
-				sender, err := nats_jetstream.NewSenderFromConn(e.NC, cfg.Names().Events, subj.Events("sess-pinned"), nil)
-				require.NoError(t, err)
-				for _, l := range lines {
-					var ev event.Event
-					require.NoError(t, json.Unmarshal(l, &ev))
-					require.NoError(t, sender.Send(binding.WithForceStructured(e.ctx), binding.ToMessage(&ev)))
-				}
-			}
-			e.waitIdle(t, cfg, 30*time.Second)
-			require.NoError(t, r.stop(t))
+			e.playStory(t, cfg, mode, "sess-pinned", lines)
 
 			got := e.verdicts(t, cfg)
 			require.Len(t, got, len(golden), "verdicts: %v", got)

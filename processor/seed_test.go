@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
 )
 
@@ -23,18 +24,60 @@ const (
 	seedGolden = "testdata/stories/golden/seed-story.out.jsonl"
 )
 
+// readGolden reads a golden file of verdicts.
+func readGolden(t *testing.T, rel string) []*events.Verdict {
+	t.Helper()
+	var golden []*events.Verdict
+	for _, l := range readLines(t, rel) {
+		v, err := events.DecodeVerdict(l)
+		require.NoError(t, err)
+		golden = append(golden, v)
+	}
+	return golden
+}
+
+// playStory runs a processor with cfg, publishes a story's lines (all of
+// session) into JetStream in mode ("binary": ce-* headers; or
+// "structured-sdk": through the CloudEvents SDK's own nats_jetstream
+// sender, which writes structured mode without any header), and stops the
+// processor once it has handled every event.
+func (e *env) playStory(t *testing.T, cfg processor.Config, mode, session string, lines [][]byte) {
+	t.Helper()
+	r := e.start(t, cfg)
+	subj := cfg.Subjects()
+	switch mode {
+	case "binary":
+		msgs := make([]*nats.Msg, len(lines))
+		for i, l := range lines {
+			msgs[i] = binaryMsg(t, subj, l)
+		}
+		seqs := e.publishAll(t, msgs)
+		require.Equal(t, uint64(len(lines)), seqs[len(seqs)-1])
+	case "structured-sdk":
+		sender, err := nats_jetstream.NewSenderFromConn(e.NC, cfg.Names().Events, subj.Events(session), nil)
+		require.NoError(t, err)
+		for _, l := range lines {
+			var ev event.Event
+			require.NoError(t, json.Unmarshal(l, &ev))
+			require.NoError(t, sender.Send(binding.WithForceStructured(e.ctx), binding.ToMessage(&ev)))
+		}
+		raw := e.readStream(t, cfg.Names().Events)
+		require.Len(t, raw, len(lines))
+		require.Empty(t, raw[0].Header.Get("ce-specversion"))
+	default:
+		t.Fatalf("no content mode %q", mode)
+	}
+	e.waitIdle(t, cfg, 30*time.Second)
+	require.NoError(t, r.stop(t))
+}
+
 // TestSeedStoryOverNATS plays the seed story into JetStream, once in binary
 // content mode (ce-* headers) and once in structured mode through the
 // CloudEvents SDK's own nats_jetstream sender, and holds the verdict stream
 // and the spill to what the offline check decided.
 func TestSeedStoryOverNATS(t *testing.T) {
 	lines := readLines(t, seedStory)
-	var golden []*events.Verdict
-	for _, l := range readLines(t, seedGolden) {
-		v, err := events.DecodeVerdict(l)
-		require.NoError(t, err)
-		golden = append(golden, v)
-	}
+	golden := readGolden(t, seedGolden)
 	require.Len(t, golden, 3)
 
 	for _, mode := range []string{"binary", "structured-sdk"} {
@@ -43,31 +86,8 @@ func TestSeedStoryOverNATS(t *testing.T) {
 			cfg := baseConfig()
 			cfg.Source = events.DefaultSource // as the offline check writes
 			cfg.SpillVerify = true
-			r := e.start(t, cfg)
 			subj := cfg.Subjects()
-			switch mode {
-			case "binary":
-				msgs := make([]*nats.Msg, len(lines))
-				for i, l := range lines {
-					msgs[i] = binaryMsg(t, subj, l)
-				}
-				seqs := e.publishAll(t, msgs)
-				require.Equal(t, uint64(len(lines)), seqs[len(seqs)-1])
-			case "structured-sdk":
-				sender, err := nats_jetstream.NewSenderFromConn(e.NC, cfg.Names().Events, subj.Events("ops-agent-42"), nil)
-				require.NoError(t, err)
-				for _, l := range lines {
-					var ev event.Event
-					require.NoError(t, json.Unmarshal(l, &ev))
-					require.NoError(t, sender.Send(binding.WithForceStructured(e.ctx), binding.ToMessage(&ev)))
-				}
-				// The SDK writes structured mode without any header.
-				raw := e.readStream(t, cfg.Names().Events)
-				require.Len(t, raw, len(lines))
-				require.Empty(t, raw[0].Header.Get("ce-specversion"))
-			}
-			e.waitIdle(t, cfg, 30*time.Second)
-			require.NoError(t, r.stop(t))
+			e.playStory(t, cfg, mode, "ops-agent-42", lines)
 
 			got := e.verdicts(t, cfg)
 			require.Len(t, got, len(golden), "verdicts: %v", got)
