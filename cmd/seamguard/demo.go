@@ -132,19 +132,9 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err := a.send(ctx, "compaction.requested", req); err != nil {
 		return err
 	}
-	v, err := next()
-	if err != nil {
+	if err := a.allowedThenCommit(ctx, w, next, "  the agent commits it\n"); err != nil {
 		return err
 	}
-	al, ok := v.Data.(*events.CompactionAllowed)
-	if !ok {
-		return fmt.Errorf("expected compaction.allowed, got %s", v.Type)
-	}
-	w.printf("  -> compaction.allowed  summary covers %s; cured %v by %s\n", fmtRanges(al.SummaryCoverage), al.Cured, al.RecoveredBy[0].Name)
-	if err := a.send(ctx, "compaction.committed", map[string]any{"request_id": "compact-1"}); err != nil {
-		return err
-	}
-	w.printf("  the agent commits it\n")
 
 	// Read the spill back the way an operator or the agent would.
 	var buf bytes.Buffer
@@ -288,6 +278,13 @@ func demoPinned(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subj
 	if err := a.send(ctx, "compaction.requested", req); err != nil {
 		return err
 	}
+	return a.allowedThenCommit(ctx, w, next, "  the agent commits it: its new context opens with turn 0, the /etc rule, then the summary and the tail\n")
+}
+
+// allowedThenCommit takes the next verdict, which must allow compact-1
+// (cured by a spill), prints it, and commits the compaction, saying so
+// with committed.
+func (a *agent) allowedThenCommit(ctx context.Context, w *timeline, next func() (*events.Verdict, error), committed string) error {
 	v, err := next()
 	if err != nil {
 		return err
@@ -296,11 +293,14 @@ func demoPinned(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subj
 	if !ok {
 		return fmt.Errorf("expected compaction.allowed, got %s", v.Type)
 	}
+	if len(al.RecoveredBy) == 0 {
+		return fmt.Errorf("compaction.allowed names no spill it was cured by")
+	}
 	w.printf("  -> compaction.allowed  summary covers %s; cured %v by %s\n", fmtRanges(al.SummaryCoverage), al.Cured, al.RecoveredBy[0].Name)
 	if err := a.send(ctx, "compaction.committed", map[string]any{"request_id": "compact-1"}); err != nil {
 		return err
 	}
-	w.printf("  the agent commits it: its new context opens with turn 0, the /etc rule, then the summary and the tail\n")
+	w.printf("%s", committed)
 	return nil
 }
 
