@@ -109,6 +109,38 @@ func (s Subjects) Stored(session string) string {
 	return s.prefix() + partitioned + strconv.Itoa(s.Partition(session)) + "." + session
 }
 
+// Published returns the subject an input was published on, given the
+// subject the events stream stores it under: Events(session) for a stored
+// "<prefix>.partitioned.<p>.<session>", any other subject as it is (the
+// stream's transform leaves those alone).
+func (s Subjects) Published(stored string) string {
+	rest, ok := strings.CutPrefix(stored, s.prefix()+partitioned)
+	if !ok {
+		return stored
+	}
+	part, tok, ok := strings.Cut(rest, ".")
+	if !ok || part == "" || strings.Trim(part, "0123456789") != "" || strings.Contains(tok, ".") {
+		return stored
+	}
+	return s.Events(tok)
+}
+
+// PublishedRejection returns o with its rejection's input subject (an
+// event.rejected's input.subject) as the input was published, not as the
+// stream stores it; every other output as it is.
+func (s Subjects) PublishedRejection(o Output) Output {
+	d, ok := o.Data.(*EventRejected)
+	if !ok || d == nil {
+		return o
+	}
+	if pub := s.Published(d.Input.Subject); pub != d.Input.Subject {
+		c := *d
+		c.Input.Subject = pub
+		o.Data = &c
+	}
+	return o
+}
+
 // PartitionFilter matches the stored subjects of partition p.
 func (s Subjects) PartitionFilter(p int) string {
 	return s.prefix() + partitioned + strconv.Itoa(p) + ".*"

@@ -115,3 +115,28 @@ func TestPartitionMatchesServerTransform(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+func TestPublished(t *testing.T) {
+	s := Subjects{Prefix: "sg", Partitions: 4}
+	for stored, want := range map[string]string{
+		s.Stored("abc"):              "sg.events.abc",
+		"sg.events.abc":              "sg.events.abc",
+		"sg.events.a.b":              "sg.events.a.b",
+		"sg.partitioned.x.abc":       "sg.partitioned.x.abc",
+		"sg.partitioned.1.a.b":       "sg.partitioned.1.a.b",
+		"other.partitioned.1.abc":    "other.partitioned.1.abc",
+		"sg.partitioned.12.bad$name": "sg.events.bad$name",
+	} {
+		if got := s.Published(stored); got != want {
+			t.Errorf("Published(%q) = %q, want %q", stored, got, want)
+		}
+	}
+	o := Output{Type: TypeEventRejected, Data: &EventRejected{Input: Meta{Subject: s.Stored("abc"), Seq: 7}}}
+	got := s.PublishedRejection(o)
+	if d := got.Data.(*EventRejected); d.Input.Subject != "sg.events.abc" || d.Input.Seq != 7 {
+		t.Errorf("PublishedRejection: input %+v", d.Input)
+	}
+	if o.Data.(*EventRejected).Input.Subject != s.Stored("abc") {
+		t.Error("PublishedRejection changed its argument")
+	}
+}

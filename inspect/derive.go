@@ -73,7 +73,7 @@ func (d *Deriver) Apply(ctx context.Context, subject string, hdr map[string][]st
 			e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
 		}
 		cause := events.Cause{Meta: events.Meta{Subject: subject, Seq: seq, Headers: headerCopy(hdr)}, ReadID: events.ReadableID(hdr, data)}
-		a.Outputs = []events.Output{ledger.Rejection(cause, a.Session, e)}
+		a.Outputs = []events.Output{d.Subjects.PublishedRejection(ledger.Rejection(cause, a.Session, e))}
 		return a, nil
 	}
 	if l == nil {
@@ -88,7 +88,7 @@ func (d *Deriver) Apply(ctx context.Context, subject string, hdr map[string][]st
 	if err != nil {
 		return a, fmt.Errorf("inspect: session %s seq %d: %w", a.Session, seq, err)
 	}
-	a.Outputs, a.Accepted = res.Outputs, res.Accepted
+	a.Outputs, a.Accepted = d.published(res.Outputs), res.Accepted
 	if res.Spill != nil {
 		if d.Spill == nil {
 			return a, fmt.Errorf("inspect: session %s seq %d asks for a spill and nothing can answer it", a.Session, seq)
@@ -101,7 +101,7 @@ func (d *Deriver) Apply(ctx context.Context, subject string, hdr map[string][]st
 		if err != nil {
 			return a, fmt.Errorf("inspect: session %s seq %d: %w", a.Session, seq, err)
 		}
-		a.Outputs = append(a.Outputs, res2.Outputs...)
+		a.Outputs = append(a.Outputs, d.published(res2.Outputs)...)
 	}
 	return a, nil
 }
@@ -181,4 +181,13 @@ func spillFailure(msg string) string {
 		return msg
 	}
 	return msg[i+len(failedSpill) : j]
+}
+
+// published gives each rejection among outs the subject its input was
+// published on, as the processor does before it publishes.
+func (d *Deriver) published(outs []events.Output) []events.Output {
+	for i, o := range outs {
+		outs[i] = d.Subjects.PublishedRejection(o)
+	}
+	return outs
 }

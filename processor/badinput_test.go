@@ -312,6 +312,7 @@ func TestBadInputCorpus(t *testing.T) {
 		assert.Equal(t, in.c.Code, d.Code, "%s: %s", name, d.Message)
 		assert.Equal(t, in.c.Field, d.Field, "%s: %s", name, d.Message)
 		assert.NotEmpty(t, d.Message, name)
+		assert.Equal(t, subj.Events(in.c.Token), d.Input.Subject, "%s: input.subject is the subject it was published on", name)
 	}
 	for seq, in := range bySeq {
 		if in.c.Expect == "" {

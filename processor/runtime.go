@@ -1381,6 +1381,7 @@ type published struct {
 }
 
 func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (published, error) {
+	o = p.subj.PublishedRejection(o)
 	id, subject, body, err := p.enc.Encode(o)
 	if err != nil {
 		return published{}, fmt.Errorf("processor: encode %s: %w", o.Type, err)
