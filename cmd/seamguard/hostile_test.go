@@ -309,6 +309,22 @@ func (hs *hostileSuite) startHostile(t *testing.T, dataDir string, extra ...stri
 	return h
 }
 
+// playMixed starts serve on a fresh data directory, publishes the clean
+// fleet with the hostile session s mixed in (its events spread over the
+// first share of the fleet's), waits up to limit for s's request last to
+// be decided and for every clean session, and checks the clean ones
+// against the offline decision.
+func (hs *hostileSuite) playMixed(t *testing.T, s *workload.Script, share float64, last string, limit time.Duration) *hostileServe {
+	t.Helper()
+	h := hs.startHostile(t, t.TempDir())
+	h.sessions = []string{s.ID}
+	require.NoError(t, h.publish(mix(hs.clean.Items, share, s.Items)))
+	h.await("the hostile session's last verdict", limit, func() bool { _, ok := h.verdicts.decided(s.ID, last); return ok })
+	h.awaitClean("clean")
+	h.checkClean("clean")
+	return h
+}
+
 // start starts serve (again) and a fresh watch on its readiness.
 func (h *hostileServe) start() {
 	h.t.Helper()
@@ -1004,12 +1020,7 @@ func hostileOversizeVerdict(t *testing.T, hs *hostileSuite) {
 	s.Compact("a2", workload.R(0, s.Head), workload.R(0, s.Head-4), s.Head-4, false)
 	s.Commit("a2")
 
-	h := hs.startHostile(t, t.TempDir())
-	h.sessions = []string{s.ID}
-	require.NoError(t, h.publish(mix(hs.clean.Items, 0.3, s.Items)))
-	h.await("the hostile session's last verdict", 3*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "a2"); return ok })
-	h.awaitClean("clean")
-	h.checkClean("clean")
+	h := hs.playMixed(t, s, 0.3, "a2", 3*time.Minute)
 
 	rej := h.verdicts.of(s.ID, events.TypeEventRejected)
 	fields := map[string]string{}
@@ -1065,12 +1076,7 @@ func hostileManyRequests(t *testing.T, hs *hostileSuite) {
 	s.Compact("b1-after", workload.R(0, s.Head), workload.R(0, s.Head-2), s.Head-2, false)
 	t.Logf("%d requests with UUID ids", n)
 
-	h := hs.startHostile(t, t.TempDir())
-	h.sessions = []string{s.ID}
-	require.NoError(t, h.publish(mix(hs.clean.Items, 0.9, s.Items)))
-	h.await("the hostile session's last verdict", 5*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "b1-after"); return ok })
-	h.awaitClean("clean")
-	h.checkClean("clean")
+	h := hs.playMixed(t, s, 0.9, "b1-after", 5*time.Minute)
 
 	allowed := len(h.verdicts.of(s.ID, events.TypeCompactionAllowed))
 	assert.Equal(t, n+1, allowed, "every request of hostile-b1 is allowed")
@@ -1113,12 +1119,7 @@ func hostileManyRanges(t *testing.T, hs *hostileSuite) {
 	s.Compact("b2-after", workload.R(0, s.Head), workload.R(0, s.Head-4), s.Head-4, false)
 	t.Logf("%d disjoint truncations", m)
 
-	h := hs.startHostile(t, t.TempDir())
-	h.sessions = []string{s.ID}
-	require.NoError(t, h.publish(mix(hs.clean.Items, 0.9, s.Items)))
-	h.await("the hostile session's last verdict", 10*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "b2-after"); return ok })
-	h.awaitClean("clean")
-	h.checkClean("clean")
+	h := hs.playMixed(t, s, 0.9, "b2-after", 10*time.Minute)
 
 	rej, ok := h.verdicts.first(s.ID, events.TypeEventRejected, "")
 	if assert.True(t, ok, "no truncation of hostile-b2 is rejected") {
@@ -1157,12 +1158,7 @@ func hostileHugeIDs(t *testing.T, hs *hostileSuite) {
 	s.Compact("b3-after", workload.R(0, s.Head), workload.R(0, s.Head-2), s.Head-2, false)
 	s.Commit("b3-after")
 
-	h := hs.startHostile(t, t.TempDir())
-	h.sessions = []string{s.ID}
-	require.NoError(t, h.publish(mix(hs.clean.Items, 0.3, s.Items)))
-	h.await("the hostile session's last verdict", 3*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "b3-after"); return ok })
-	h.awaitClean("clean")
-	h.checkClean("clean")
+	h := hs.playMixed(t, s, 0.3, "b3-after", 3*time.Minute)
 
 	for _, id := range huge {
 		v, ok := h.verdicts.first(s.ID, events.TypeEventRejected, id)

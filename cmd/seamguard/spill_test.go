@@ -38,25 +38,35 @@ func chainStory() []string {
 	}
 }
 
-// TestSpillGetChain: `spill get` reads a spill's whole chain by default,
-// and the spill alone with --only.
-func TestSpillGetChain(t *testing.T) {
+// spillChain starts a server, publishes chainStory into a provisioned
+// deployment, and spills it as a chain of two: s/1.jsonl (events 1 to 5)
+// and s/2.jsonl after it (6 to 8). It returns the lines published.
+func spillChain(t *testing.T) (*embedded.Test, context.Context, processor.Config, []string) {
+	t.Helper()
 	srv := embedded.StartTest(t)
-	url := srv.Server.ClientURL()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	cfg := processor.Config{}
 	_, err := processor.Provision(ctx, srv.JS, cfg)
 	require.NoError(t, err)
 	lines := chainStory()
 	publishLines(t, srv.JS, lines)
 	store := &spill.Store{JS: srv.JS, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
-	first := ledger.SpillRequest{Session: "s", Name: "s/1.jsonl", FirstSeq: 1, LastSeq: 5, Events: 5, Range: events.Range{End: 3}}
-	second := ledger.SpillRequest{Session: "s", Name: "s/2.jsonl", Previous: "s/1.jsonl", FirstSeq: 6, LastSeq: 8, Events: 3, Range: events.Range{End: 5}}
-	for _, req := range []ledger.SpillRequest{first, second} {
+	for _, req := range []ledger.SpillRequest{
+		{Session: "s", Name: "s/1.jsonl", FirstSeq: 1, LastSeq: 5, Events: 5, Range: events.Range{End: 3}},
+		{Session: "s", Name: "s/2.jsonl", Previous: "s/1.jsonl", FirstSeq: 6, LastSeq: 8, Events: 3, Range: events.Range{End: 5}},
+	} {
 		_, err := store.Write(ctx, req)
 		require.NoError(t, err)
 	}
+	return srv, ctx, cfg, lines
+}
+
+// TestSpillGetChain: `spill get` reads a spill's whole chain by default,
+// and the spill alone with --only.
+func TestSpillGetChain(t *testing.T) {
+	srv, _, _, lines := spillChain(t)
+	url := srv.Server.ClientURL()
 
 	file := filepath.Join(t.TempDir(), "t.jsonl")
 	code, _, stderr := runCLI(t, "", "spill", "get", "s/2.jsonl", "--nats-url", url, "-o", file)
@@ -83,22 +93,8 @@ func TestSpillGetChain(t *testing.T) {
 // TestVerifySpillChain: inspect reads a spill's whole chain and checks it
 // against the session's accepted events, derived again from the stream.
 func TestVerifySpillChain(t *testing.T) {
-	srv := embedded.StartTest(t)
+	srv, ctx, cfg, _ := spillChain(t)
 	url := srv.Server.ClientURL()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfg := processor.Config{}
-	_, err := processor.Provision(ctx, srv.JS, cfg)
-	require.NoError(t, err)
-	publishLines(t, srv.JS, chainStory())
-	store := &spill.Store{JS: srv.JS, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
-	for _, req := range []ledger.SpillRequest{
-		{Session: "s", Name: "s/1.jsonl", FirstSeq: 1, LastSeq: 5, Events: 5, Range: events.Range{End: 3}},
-		{Session: "s", Name: "s/2.jsonl", Previous: "s/1.jsonl", FirstSeq: 6, LastSeq: 8, Events: 3, Range: events.Range{End: 5}},
-	} {
-		_, err := store.Write(ctx, req)
-		require.NoError(t, err)
-	}
 	src := inspect.Source{JS: srv.JS, Config: cfg}
 	chk, err := src.VerifySpill(ctx, "s/2.jsonl", ledger.Config{})
 	require.NoError(t, err)
