@@ -454,24 +454,30 @@ func TestSpillQuota(t *testing.T) {
 	})
 }
 
+// loadOldSnapshot loads testdata/snapshot-v<version>/<name>.snap, checks
+// that it is of that version, and that it is written back as the current
+// version and reads back alike.
+func loadOldSnapshot(t *testing.T, version byte, name string) *Ledger {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("snapshot-v%d", version), name+".snap"))
+	require.NoError(t, err)
+	require.Equal(t, version, b[0], "a version-%d snapshot", version)
+	var l Ledger
+	require.NoError(t, l.UnmarshalBinary(b))
+	again, err := l.MarshalBinary()
+	require.NoError(t, err)
+	assert.Equal(t, byte(snapshotVersion), again[0], "written back as the current version")
+	var back Ledger
+	require.NoError(t, back.UnmarshalBinary(again))
+	assert.Equal(t, l, back)
+	return &l
+}
+
 // TestSnapshotVersion1: snapshots written before spills were incremental
 // still load; their newest spill counts as one full spill, and the next one
 // continues its chain.
 func TestSnapshotVersion1(t *testing.T) {
-	load := func(t *testing.T, name string) *Ledger {
-		b, err := os.ReadFile(filepath.Join("testdata", "snapshot-v1", name+".snap"))
-		require.NoError(t, err)
-		require.Equal(t, byte(1), b[0], "a version-1 snapshot")
-		var l Ledger
-		require.NoError(t, l.UnmarshalBinary(b))
-		again, err := l.MarshalBinary()
-		require.NoError(t, err)
-		assert.Equal(t, byte(snapshotVersion), again[0], "written back as the current version")
-		var back Ledger
-		require.NoError(t, back.UnmarshalBinary(again))
-		assert.Equal(t, l, back)
-		return &l
-	}
+	load := func(t *testing.T, name string) *Ledger { return loadOldSnapshot(t, 1, name) }
 	t.Run("spilled", func(t *testing.T) {
 		l := load(t, "spilled")
 		v := l.View()
