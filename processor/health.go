@@ -10,8 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/spill"
 )
 
 // troubles are what keeps the processor from doing its work now: a session
@@ -151,36 +150,6 @@ func (b *budget) retry(ctx context.Context, n int, err error) error {
 
 // permanentFailure reports whether err is one that retrying cannot fix: a
 // message over the server's max payload, a permission denied, storage or
-// a resource limit exhausted, a value over the bucket's or stream's limit.
-func permanentFailure(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrPermissionViolation) ||
-		errors.Is(err, nats.ErrAuthorization) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
-		return true
-	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode {
-		case 10002, // resource limits exceeded for account
-			10023, // insufficient resources
-			10028, // insufficient memory resources
-			10047, // insufficient storage resources
-			10054, // message size exceeds maximum allowed
-			10097: // header size exceeds maximum allowed
-			return true
-		}
-		if api.Code == 403 {
-			return true
-		}
-	}
-	msg := strings.ToLower(err.Error())
-	for _, s := range []string{"maximum payload", "permissions violation", "insufficient resources", "insufficient storage",
-		"maximum bytes exceeded", "maximum messages exceeded", "exceeds maximum allowed", "resource limits exceeded"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
-}
+// a resource limit exhausted, a value over the bucket's or stream's limit
+// (spill.Permanent, the one place that tells them apart).
+func permanentFailure(err error) bool { return spill.Permanent(err) }

@@ -1282,7 +1282,7 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 		}
 		// Retrying cannot fix a full bucket or store, the session's quota,
 		// or a refusal: the session halts at once (rule 5).
-		permanent := errors.Is(err, spill.ErrPermanent) || permanentFailure(err)
+		permanent := permanentFailure(err)
 		if !permanent && (errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err))) {
 			if rerr := b.retry(ctx, attempt, err); rerr != nil {
 				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: %w", req.Name, rerr)

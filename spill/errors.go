@@ -49,6 +49,7 @@ const (
 	codeStorageResourcesExceeded = 10047 // JSStorageResourcesExceededErr
 	codeMessageExceedsMaximum    = 10054 // JSStreamMessageExceedsMaximumErr
 	codeStreamStoreFailed        = 10077 // JSStreamStoreFailedF: the store's own error as description
+	codeHeaderExceedsMaximum     = 10097 // JSStreamHeaderExceedsMaximumErr
 )
 
 // permanentError marks a failure that another attempt cannot cure; it
@@ -87,7 +88,7 @@ func classify(err error, conn *nats.Conn, bucket string) error {
 		switch api.ErrorCode {
 		case codeAccountResourcesExceeded, codeInsufficientResources, codeMemoryResourcesExceeded, codeStorageResourcesExceeded:
 			return storageFull(err)
-		case codeMessageExceedsMaximum:
+		case codeMessageExceedsMaximum, codeHeaderExceedsMaximum:
 			return permanent(err)
 		case codeStreamStoreFailed:
 			d := strings.ToLower(api.Description)
@@ -98,9 +99,25 @@ func classify(err error, conn *nats.Conn, bucket string) error {
 				return permanent(err)
 			}
 		}
+		if api.Code == 403 {
+			return permanent(err)
+		}
 	}
-	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrPermissionViolation) {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization) ||
+		errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
 		return permanent(err)
+	}
+	// The same refusals where they arrive as text only.
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"insufficient resources", "insufficient storage", "maximum bytes exceeded", "maximum messages exceeded", "resource limits exceeded"} {
+		if strings.Contains(msg, s) {
+			return storageFull(err)
+		}
+	}
+	for _, s := range []string{"maximum payload", "permissions violation", "exceeds maximum allowed"} {
+		if strings.Contains(msg, s) {
+			return permanent(err)
+		}
 	}
 	if conn != nil && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) {
 		if le := conn.LastError(); errors.Is(le, nats.ErrPermissionViolation) &&
@@ -110,6 +127,14 @@ func classify(err error, conn *nats.Conn, bucket string) error {
 		}
 	}
 	return err
+}
+
+// Permanent reports whether err is a failure of JetStream that retrying
+// cannot cure: storage or an account's resources exhausted, a stream or
+// bucket at its limits, a message or header over the server's limits, a
+// permission denied. The processor classifies its own failures with it.
+func Permanent(err error) bool {
+	return errors.Is(classify(err, nil, ""), ErrPermanent)
 }
 
 func retryable(err error) bool {
