@@ -226,6 +226,9 @@ func TestNATSConfigs(t *testing.T) {
 		if !opts.JetStream || opts.StoreDir != "/data" {
 			t.Errorf("jetstream %v with store_dir %q, want enabled on /data", opts.JetStream, opts.StoreDir)
 		}
+		if !opts.SyncAlways {
+			t.Errorf("jetstream syncs every %s; want sync_interval: always, or a power cut loses acknowledged data", opts.SyncInterval)
+		}
 		if opts.Port != 4222 || opts.HTTPPort != 8222 {
 			t.Errorf("client port %d, monitoring port %d; want 4222 and 8222", opts.Port, opts.HTTPPort)
 		}
@@ -236,6 +239,9 @@ func TestNATSConfigs(t *testing.T) {
 		opts := natsConfig(t, "standalone.conf", nil)
 		if opts.Host != "127.0.0.1" || opts.HTTPHost != "127.0.0.1" {
 			t.Errorf("standalone listens on %q, monitoring on %q; want loopback only", opts.Host, opts.HTTPHost)
+		}
+		if !opts.SyncAlways {
+			t.Errorf("standalone jetstream syncs every %s; want sync_interval: always", opts.SyncInterval)
 		}
 		if !opts.JetStream || opts.Cluster.Port != 0 || len(opts.Routes) != 0 {
 			t.Errorf("standalone: jetstream %v, cluster port %d, routes %v; want JetStream and no cluster", opts.JetStream, opts.Cluster.Port, opts.Routes)
@@ -930,6 +936,7 @@ func TestHelmValues(t *testing.T) {
 		"config.jetstream.fileStore.enabled":     true,
 		"config.jetstream.fileStore.pvc.enabled": true,
 		"config.monitor.enabled":                 true,
+		"config.jetstream.merge.sync_interval":   "always",
 		"container.image.repository":             "nats",
 	} {
 		if got := dig(v, toPath(path)...); got != want {

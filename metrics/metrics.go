@@ -316,6 +316,19 @@ func (r *Recorder) Stuck(session string, stuck bool) {
 	}
 }
 
+// SyncAlways sets seamguard_nats_sync_always: 1 when every NATS server
+// the processor uses fsyncs before it acknowledges, 0 when one does not
+// (a power cut may lose what it acknowledged), -1 when that could not be
+// found out.
+func (r *Recorder) SyncAlways(v float64) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seamguard_nats_sync_always",
+		Help: "1 when every NATS server used syncs to disk before acknowledging (sync_interval: always), 0 when one acknowledges first (a power cut may lose acknowledged data), -1 when unknown.",
+	})
+	g.Set(v)
+	r.reg.MustRegister(g)
+}
+
 // WatchProcessor registers gauges and counters read from a processor when
 // scraped: whether it consumes, and its runtime Stats.
 func (r *Recorder) WatchProcessor(p *processor.Processor) {

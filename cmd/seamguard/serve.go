@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -128,7 +129,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 
 // startEmbedded starts the default server: JetStream stored under dataDir,
 // clients on listen.
-func startEmbedded(dataDir, listen string) (*server.Server, error) {
+func startEmbedded(dataDir, listen string, sync time.Duration) (*server.Server, error) {
 	host, portS, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --listen %q: %v; use HOST:PORT such as 127.0.0.1:4222", errUsage, listen, err)
@@ -140,7 +141,7 @@ func startEmbedded(dataDir, listen string) (*server.Server, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create --data-dir: %w", err)
 	}
-	return embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: filepath.Join(dataDir, "jetstream")})
+	return embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncInterval: sync})
 }
 
 func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -152,6 +153,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	pf.register(fs)
 	dataDir := fs.String("data-dir", "seamguard-data", "where the embedded server stores JetStream data")
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
+	syncFlag := fs.String("sync-interval", "always", "how the embedded server syncs: always (fsync every write before acknowledging it, so that nothing acknowledged is lost to a power cut) or an interval such as 2m (faster; a power cut loses what was acknowledged since the last sync)")
+	monitor := fs.String("nats-monitor-url", "", "monitoring endpoints of the NATS servers (e.g. http://a:8222,http://b:8222), read at start to check that they sync before acknowledging; without it serve asks through the system account, if its user may")
 	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming")
 	healthListen := fs.String("health-listen", "", "serve /healthz, /readyz and /metrics on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
 	lagInterval := fs.Duration("lag-interval", 15*time.Second, "how often the consumer lag metric asks the server (with --health-listen)")
@@ -190,15 +193,32 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return fmt.Errorf("%w: --lag-interval %s is too short; use 100ms or more (the default is 15s)", errUsage, *lagInterval)
 	}
 
+	sync, err := embedded.ParseSync(*syncFlag)
+	if err != nil {
+		return fmt.Errorf("%w: --sync-interval %q: use always, or a positive duration such as 2m", errUsage, *syncFlag)
+	}
+	if conn.url != "" && *syncFlag != "always" {
+		return fmt.Errorf("%w: --sync-interval sets the embedded server; a server given by --nats-url syncs as its own configuration says (jetstream { sync_interval: always })", errUsage)
+	}
+	var monitorURLs []string
+	for _, u := range strings.Split(*monitor, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return fmt.Errorf("%w: --nats-monitor-url %q: give the monitoring endpoint's http:// or https:// URL, e.g. http://nats:8222", errUsage, u)
+			}
+			monitorURLs = append(monitorURLs, u)
+		}
+	}
+
 	url := conn.url
 	if url == "" {
-		s, err := startEmbedded(*dataDir, *listen)
+		s, err := startEmbedded(*dataDir, *listen, sync)
 		if err != nil {
 			return err
 		}
 		defer func() { s.Shutdown(); s.WaitForShutdown() }()
 		url = s.ClientURL()
-		log.Info("embedded NATS server with JetStream", "url", url, "data", *dataDir)
+		log.Info("embedded NATS server with JetStream", "url", url, "data", *dataDir, "sync_interval", *syncFlag)
 	}
 	nc, err := conn.connect("seamguard serve", url)
 	if err != nil {
@@ -208,6 +228,20 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
+	}
+	durable := syncState{Known: true, Servers: 1}
+	if conn.url != "" {
+		durable = askSync(ctx, nc, monitorURLs, 2*time.Second)
+	} else if sync > 0 {
+		durable.Lazy = []string{"embedded: sync_interval " + sync.String()}
+	}
+	switch {
+	case !durable.Known:
+		log.Warn("cannot tell whether the NATS servers sync before acknowledging: an acknowledged event, verdict or spill survives a power cut only if they do (jetstream { sync_interval: always }); give --nats-monitor-url, or a user in the system account, for serve to check")
+	case !durable.Durable():
+		log.Warn("the NATS servers acknowledge before they sync to disk: a power cut loses what was acknowledged since their last sync, and seamguard's guarantee does not hold; configure jetstream { sync_interval: always }", "lazy", strings.Join(durable.Lazy, "; "))
+	default:
+		log.Info("the NATS servers sync before acknowledging", "servers", durable.Servers)
 	}
 	opts := []processor.Option{processor.WithLogger(log)}
 	var rec *metrics.Recorder
@@ -221,6 +255,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	if rec != nil {
 		rec.WatchProcessor(p)
+		rec.SyncAlways(durable.Gauge())
 		addr, err := serveHealth(ctx, *healthListen, health{nc: nc, ready: p.Ready, metrics: rec.Handler()}, log)
 		if err != nil {
 			return err

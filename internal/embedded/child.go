@@ -10,6 +10,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // A child server is the embedded server run in a process of its own (the
@@ -22,6 +24,16 @@ import (
 // work; see ServeChild.
 const ChildEnv = "SEAMGUARD_CHILD_SERVER_DIR"
 
+// ChildConfigEnv is the environment variable that makes a process serve a
+// nats-server from the configuration file it names (cluster routes, listen
+// address, store directory, sync_interval and all), as the nats-server
+// binary would; see ServeChild. It wins over ChildEnv.
+const ChildConfigEnv = "SEAMGUARD_CHILD_SERVER_CONFIG"
+
+// ChildSyncEnv sets a ChildEnv server's SyncInterval: "always" (the
+// default) or a duration such as 2m.
+const ChildSyncEnv = "SEAMGUARD_CHILD_SERVER_SYNC"
+
 // ChildProfileEnv, when set, makes a child server write a CPU profile of
 // itself to the file it names.
 const ChildProfileEnv = "SEAMGUARD_CHILD_SERVER_CPUPROFILE"
@@ -31,8 +43,8 @@ const ChildProfileEnv = "SEAMGUARD_CHILD_SERVER_CPUPROFILE"
 // output, serves until standard input closes, and returns true with the
 // exit code. Otherwise it returns false and does nothing.
 func ServeChild() (int, bool) {
-	dir := os.Getenv(ChildEnv)
-	if dir == "" {
+	dir, conf := os.Getenv(ChildEnv), os.Getenv(ChildConfigEnv)
+	if dir == "" && conf == "" {
 		return 0, false
 	}
 	if path := os.Getenv(ChildProfileEnv); path != "" {
@@ -47,7 +59,16 @@ func ServeChild() (int, bool) {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
-	s, err := Start(Config{StoreDir: dir})
+	var s *server.Server
+	var err error
+	if conf != "" {
+		s, err = StartFile(conf)
+	} else {
+		c := Config{StoreDir: dir}
+		if c.SyncInterval, err = ParseSync(os.Getenv(ChildSyncEnv)); err == nil {
+			s, err = Start(c)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1, true
@@ -57,6 +78,42 @@ func ServeChild() (int, bool) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	return 0, true
+}
+
+// ParseSync reads a sync setting: "always" or "" (0: fsync every write
+// before acknowledging it) or a positive duration such as 2m.
+func ParseSync(v string) (time.Duration, error) {
+	if v == "" || v == "always" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("embedded: sync setting %q: use always, or a positive duration such as 2m", v)
+	}
+	return d, nil
+}
+
+// StartFile starts a nats-server from a configuration file, as the
+// nats-server binary would, and waits until it accepts clients.
+func StartFile(path string) (*server.Server, error) {
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: config %s: %w", path, err)
+	}
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	if !opts.NoLog {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded: nats-server from %s not ready after 30s", path)
+	}
+	return s, nil
 }
 
 // StartChild runs argv with ChildEnv set to dir (and env added to the

@@ -17,13 +17,26 @@ type Config struct {
 	Name     string        // server name; empty means "seamguard-embedded"
 	Ready    time.Duration // how long to wait for it to accept clients; 0 means 10s
 	Logs     bool          // print the server's own log lines to stderr
+	// SyncInterval is how often JetStream fsyncs what it stored. Zero (the
+	// default) fsyncs every write before it is acknowledged (the server's
+	// sync_interval: always), so that an acknowledged message survives a
+	// power cut. A positive interval acknowledges before the data is on
+	// disk (the server's own default is 2m): faster, and a power cut loses
+	// what was acknowledged since the last sync.
+	SyncInterval time.Duration
 }
+
+// Durable reports whether the server c starts fsyncs before it acknowledges.
+func (c Config) Durable() bool { return c.SyncInterval == 0 }
 
 // Validate reports every problem with c at once.
 func (c Config) Validate() error {
 	var errs []error
 	if c.StoreDir == "" {
 		errs = append(errs, errors.New("embedded: StoreDir is required: JetStream needs a directory to store streams in"))
+	}
+	if c.SyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("embedded: SyncInterval %s is negative; use 0 to sync every write, or a positive interval", c.SyncInterval))
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		errs = append(errs, fmt.Errorf("embedded: port %d is out of range 0-65535", c.Port))
@@ -45,6 +58,11 @@ func Start(c Config) (*server.Server, error) {
 		StoreDir:   c.StoreDir,
 		NoSigs:     true,
 		NoLog:      !c.Logs,
+	}
+	if c.SyncInterval == 0 {
+		opts.SyncAlways = true
+	} else {
+		opts.SyncInterval = c.SyncInterval
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "seamguard-embedded"
