@@ -20,7 +20,9 @@ func TestMain(m *testing.M) {
 	if code, ok := bench.ServeChild(); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	printFaultTable(os.Stdout)
+	os.Exit(code)
 }
 
 // TestBenchQuick runs `seamguard bench --quick` end to end, its server in a
