@@ -133,9 +133,9 @@ func (s *file) dirty() bool {
 	return len(s.pages) > 0 || s.base != s.disk || s.size != s.disk
 }
 
-// sync writes the pending data and size to the backing file through f and
-// fsyncs it. It reports whether there was anything to write.
-func (s *file) sync(f *os.File) (bool, error) {
+// sync writes the pending data and size to the backing file through f and,
+// with fsync, fsyncs it. It reports whether there was anything to write.
+func (s *file) sync(f *os.File, fsync bool) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.dirty() {
@@ -157,8 +157,10 @@ func (s *file) sync(f *os.File) (bool, error) {
 	if err := f.Truncate(s.size); err != nil {
 		return true, err
 	}
-	if err := f.Sync(); err != nil {
-		return true, err
+	if fsync {
+		if err := f.Sync(); err != nil {
+			return true, err
+		}
 	}
 	s.pages, s.disk, s.base = nil, s.size, s.size
 	return true, nil
@@ -219,7 +221,7 @@ func (h *handle) Flush(context.Context) syscall.Errno { return fs.OK }
 // Fsync (fsync and fdatasync alike) writes the file's pending data and
 // size to the backing file and fsyncs it.
 func (h *handle) Fsync(context.Context, uint32) syscall.Errno {
-	wrote, err := h.st.sync(h.f)
+	wrote, err := h.st.sync(h.f, !h.lfs.opts.NoBackingSync)
 	if err != nil {
 		return fs.ToErrno(err)
 	}

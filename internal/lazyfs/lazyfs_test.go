@@ -20,7 +20,7 @@ func mountT(t *testing.T) *FS {
 		t.Skipf("lazyfs needs /dev/fuse: %v", err)
 	}
 	dir, backing := t.TempDir(), t.TempDir()
-	l, err := Mount(dir, backing)
+	l, err := Mount(dir, backing, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func powerCut(t *testing.T, l *FS) *FS {
 	if err := l.Unmount(); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := Mount(l.Dir(), l.Backing())
+	l2, err := Mount(l.Dir(), l.Backing(), l.Options())
 	if err != nil {
 		t.Fatal(err)
 	}
