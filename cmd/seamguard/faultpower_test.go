@@ -492,8 +492,17 @@ func powerCutRun(t *testing.T, bin string, plan powerPlan, topo, setting string)
 			acked[k]++
 		}
 	}
-	// The power goes as soon as the last event is acknowledged, with the
-	// processor still deciding some of them.
+	// The power goes as soon as the last event is acknowledged and the
+	// subscriber holds a spill handle, with the processor still deciding
+	// some of the events.
+	require.Eventually(t, func() bool {
+		for _, v := range subscriber.all() {
+			if v.Handle.Name != "" || v.Data.Spill != nil {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 20*time.Millisecond, "no spill handle reached the subscriber")
 	syncsBefore, flushedBefore := r.syncs()
 	cutFiles, cutBytes := r.cut()
 	received := subscriber.all()

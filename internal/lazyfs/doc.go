@@ -28,11 +28,18 @@
 // see what survived. Descriptors opened before the drop may still read the
 // kernel's cached pages.
 //
+// Options.NoBackingSync leaves out the fsync of the backing file: the cut
+// this package makes loses only what it holds, so a test that does not cut
+// the power of the machine itself loses nothing by it and runs a server
+// that syncs every write much faster.
+//
 // The filesystem never hands a descriptor to the kernel for passthrough,
 // so every read and write goes through it; it offers no mmap-visible
 // writeback cache, no fallocate and no copy_file_range (the kernel falls
 // back to reads and writes). Mount needs root and /dev/fuse; it calls
-// mount(2) itself, without fusermount.
+// mount(2) itself, without fusermount, and marks the process's descriptors
+// of /dev/fuse close-on-exec (go-fuse leaves them inheritable), so that
+// the processes a test starts do not hold the mounts open.
 //
 // An FS is safe for concurrent use: the kernel calls it from many
 // goroutines, and a test may call DropUnsynced, Stats and Unmount from
