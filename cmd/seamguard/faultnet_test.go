@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,10 +38,14 @@ type faultNetPlan struct {
 	Lead     time.Duration // from the first publish to the fault
 	Hold     time.Duration // how long a node stays cut off, or a nats-server stopped
 	Pause    time.Duration // how long a serve instance stays stopped (more than the lease TTL)
+	// Parallel runs the faults at once, each on its own cluster and
+	// network: the short size, to fit CI's time. Their recovery times then
+	// include the others' load; the full size runs one at a time.
+	Parallel bool
 }
 
 var faultNetPlans = map[string]faultNetPlan{
-	"short": {Sessions: 12, Publish: 6 * time.Second, Lead: 2 * time.Second, Hold: 7 * time.Second, Pause: 6 * time.Second},
+	"short": {Sessions: 12, Publish: 6 * time.Second, Lead: 2 * time.Second, Hold: 7 * time.Second, Pause: 6 * time.Second, Parallel: true},
 	"full":  {Sessions: 60, Publish: 40 * time.Second, Lead: 8 * time.Second, Hold: 25 * time.Second, Pause: 20 * time.Second},
 }
 
@@ -119,6 +124,9 @@ func TestFaultPartition(t *testing.T) {
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
+			if plan.Parallel {
+				t.Parallel()
+			}
 			runNetFault(t, plan, bin, w, ref, requests, f)
 		})
 	}
@@ -223,6 +231,7 @@ func (r *faultRun) startServers() {
 listen: "%s:4222"
 http: "%s:8222"
 logfile: %q
+logtime: true
 cluster {
   name: "sgfault"
   listen: "%s:6222"
@@ -416,22 +425,28 @@ func busiest(holders []int, avoid int) int {
 	return best
 }
 
-// waitLeases waits until every partition is held and the holders have
-// not changed for a second.
+// waitLeases waits until every partition is held, no instance holds more
+// than its share, and the holders have not changed for a second and a half.
 func (r *faultRun) waitLeases() []int {
 	r.t.Helper()
+	share := (processor.DefaultPartitions + netNodes - 1) / netNodes
 	var last []int
 	var since time.Time
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
 		h := r.holdersNow()
-		full := h != nil && !slices.Contains(h, -1)
+		fair := h != nil && !slices.Contains(h, -1)
+		for n := range netNodes {
+			if fair && strings.Count(partitionsOf(h, n), "p") > share {
+				fair = false
+			}
+		}
 		switch {
-		case !full:
+		case !fair:
 			last = nil
 		case !slices.Equal(h, last):
 			last, since = h, time.Now()
-		case time.Since(since) > time.Second:
+		case time.Since(since) > 1500*time.Millisecond:
 			return h
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -607,9 +622,10 @@ func runNetFault(t *testing.T, plan faultNetPlan, bin string, w *workload.Worklo
 		pubDone <- err
 	}()
 	time.Sleep(time.Until(pubStart.Add(plan.Lead)))
+	t.Logf("fault at %s", time.Now().UTC().Format("15:04:05.000"))
 	note := f.inject(r)
 	healed := time.Now()
-	t.Logf("fault: %s", note)
+	t.Logf("healed at %s: %s", healed.UTC().Format("15:04:05.000"), note)
 
 	// Recovery: from the heal to the start of a quiet stretch (every
 	// input decided and acknowledged, the reference's count of verdicts
@@ -618,12 +634,17 @@ func runNetFault(t *testing.T, plan faultNetPlan, bin string, w *workload.Worklo
 	require.NoError(t, <-pubDone, "publishing")
 	want := uint64(len(ref))
 	settle := netLeaseTTL + netAckWait + 500*time.Millisecond
-	var quietSince time.Time
+	var quietSince, lastWhy time.Time
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
-		ok := quiet(qctx, r.js) && streamMsgs(qctx, r.js, "SEAMGUARD_VERDICTS") >= want
+		why := r.busy(qctx, want)
 		qcancel()
+		ok := why == ""
+		if !ok && time.Since(lastWhy) > 10*time.Second {
+			t.Logf("%s after the heal, not yet: %s", time.Since(healed).Round(time.Second), why)
+			lastWhy = time.Now()
+		}
 		switch {
 		case !ok:
 			quietSince = time.Time{}
@@ -703,7 +724,7 @@ func (r *faultRun) books(ctx context.Context, msgs []*nats.Msg, ref map[string]s
 	}
 
 	// Verdicts against the reference.
-	got, counts := verdictBodies(t, r.js)
+	got, counts := r.verdictBodies(ctx)
 	session := func(body string) string {
 		var v struct{ Subject string }
 		_ = json.Unmarshal([]byte(body), &v)
@@ -759,10 +780,10 @@ func (r *faultRun) books(ctx context.Context, msgs []*nats.Msg, ref map[string]s
 		case events.TypeTranscriptSpilled:
 			var h events.SpillHandle
 			require.NoError(t, json.Unmarshal(v.Data, &h), "transcript.spilled: %s", body)
-			digest, size, err := readSpill(ctx, store, h.Name)
-			if err != nil || digest != h.Digest || size != h.Size {
+			if why := r.checkSpill(ctx, store, h); why != "" {
 				row.SpillsUnreadable++
-				problems = append(problems, fmt.Sprintf("spill %s: read %s, %d bytes, err %v; handle says %s, %d bytes", h.Name, digest, size, err, h.Digest, h.Size))
+				sessions[session(body)] = true
+				problems = append(problems, why)
 			}
 		}
 	}
@@ -794,26 +815,134 @@ func (r *faultRun) books(ctx context.Context, msgs []*nats.Msg, ref map[string]s
 	return row, problems, sessions
 }
 
+// busy says what is not yet done, or "" when every input is decided: no
+// events consumer (each partition's and the one of events naming no
+// session) has messages pending or awaiting an ack, and the verdict
+// stream holds want verdicts. It asks for each consumer by name (a
+// listing right after a partition may come back incomplete).
+func (r *faultRun) busy(ctx context.Context, want uint64) string {
+	var why []string
+	cfg := processor.Config{}
+	for p := -1; p < processor.DefaultPartitions; p++ {
+		name := cfg.ConsumerName(p)
+		c, err := r.js.Consumer(ctx, eventsStream, name)
+		if err != nil {
+			why = append(why, fmt.Sprintf("%s: %v", name, err))
+			continue
+		}
+		info, err := c.Info(ctx)
+		switch {
+		case err != nil:
+			why = append(why, fmt.Sprintf("%s: %v", name, err))
+		case info.NumPending > 0 || info.NumAckPending > 0:
+			why = append(why, fmt.Sprintf("%s: %d pending, %d awaiting an ack", name, info.NumPending, info.NumAckPending))
+		}
+	}
+	if n := streamMsgs(ctx, r.js, "SEAMGUARD_VERDICTS"); n < want {
+		why = append(why, fmt.Sprintf("%d of %d verdicts", n, want))
+	}
+	return strings.Join(why, "; ")
+}
+
+// checkSpill reads the spill h names back, three times at most (a read
+// right after a fault may find a consumer not known everywhere yet), and
+// says what is wrong, or "" when it reads back with its digest and size.
+// What it says names what the bucket holds: the info and its chunks.
+func (r *faultRun) checkSpill(ctx context.Context, store *spill.Store, h events.SpillHandle) string {
+	var why string
+	for try := range 3 {
+		if try > 0 {
+			time.Sleep(2 * time.Second)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		digest, size, err := readSpill(rctx, store, h.Name)
+		cancel()
+		if err == nil && digest == h.Digest && size == h.Size {
+			if try == 0 {
+				return ""
+			}
+			return fmt.Sprintf("spill %s read back only at try %d, after: %s", h.Name, try+1, why)
+		}
+		why = fmt.Sprintf("read %s, %d bytes, err %v", digest, size, err)
+	}
+	out := fmt.Sprintf("spill %s (handle: %s, %d bytes): %s", h.Name, h.Digest, h.Size, why)
+	obs, err := r.js.ObjectStore(ctx, h.Bucket)
+	if err != nil {
+		return out + fmt.Sprintf("; the bucket: %v", err)
+	}
+	info, err := obs.GetInfo(ctx, h.Name)
+	if err != nil {
+		return out + fmt.Sprintf("; its info: %v", err)
+	}
+	out += fmt.Sprintf("; its info: nuid %s, %d chunks, %d bytes, digest %s, modified %s", info.NUID, info.Chunks, info.Size, info.Digest, info.ModTime.Format(time.RFC3339Nano))
+	str, err := r.js.Stream(ctx, "OBJ_"+h.Bucket)
+	if err != nil {
+		return out + fmt.Sprintf("; its stream: %v", err)
+	}
+	si, err := str.Info(ctx, jetstream.WithSubjectFilter("$O."+h.Bucket+".C.>"))
+	if err != nil {
+		return out + fmt.Sprintf("; its chunks: %v", err)
+	}
+	out += fmt.Sprintf("; chunk messages on its nuid: %d; stream: %d messages, first %d, last %d; chunk subjects:", si.State.Subjects["$O."+h.Bucket+".C."+info.NUID], si.State.Msgs, si.State.FirstSeq, si.State.LastSeq)
+	for subj, n := range si.State.Subjects {
+		out += fmt.Sprintf(" %s=%d", strings.TrimPrefix(subj, "$O."+h.Bucket+".C."), n)
+	}
+	return out
+}
+
 // eventIDs counts the events stream's messages by Nats-Msg-Id.
 func (r *faultRun) eventIDs(ctx context.Context) map[string]int {
+	out := map[string]int{}
+	r.readStream(ctx, eventsStream, func(m *jetstream.RawStreamMsg) {
+		out[m.Header.Get(jetstream.MsgIDHeader)]++
+	})
+	return out
+}
+
+// verdictBodies reads the verdict stream as verdictBodies does: the
+// normalised body of each verdict by id, and how many messages carried
+// each id.
+func (r *faultRun) verdictBodies(ctx context.Context) (map[string]string, map[string]int) {
+	bodies, counts := map[string]string{}, map[string]int{}
+	r.readStream(ctx, "SEAMGUARD_VERDICTS", func(m *jetstream.RawStreamMsg) {
+		id, body := normalise(r.t, m.Data)
+		bodies[id] = body
+		counts[id]++
+	})
+	return bodies, counts
+}
+
+// readStream calls fn with every message of the stream, in order. It
+// reads them one by one from the stream's leader (an ordered consumer,
+// made just after a fault, can ask a server that does not know it yet and
+// get "no responders").
+func (r *faultRun) readStream(ctx context.Context, name string, fn func(*jetstream.RawStreamMsg)) {
 	t := r.t
 	t.Helper()
-	out := map[string]int{}
-	s, err := r.js.Stream(ctx, eventsStream)
+	s, err := r.js.Stream(ctx, name)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)
 	if info.State.Msgs == 0 {
-		return out
+		return
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
-	for range info.State.Msgs {
-		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
-		require.NoError(t, err)
-		out[m.Headers().Get(jetstream.MsgIDHeader)]++
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		var m *jetstream.RawStreamMsg
+		for try := 0; ; try++ {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			m, err = s.GetMsg(gctx, seq)
+			cancel()
+			if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || try == 4 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err, "reading %s message %d", name, seq)
+		fn(m)
 	}
-	return out
 }
 
 // dumpLogs logs, for each serve, its lines about partitions and leases and
