@@ -523,8 +523,8 @@ type Stats struct {
 	// partition ended (or changed hands) after they were fetched: their
 	// redelivery, or the new owner, decides them.
 	Expired  uint64
-	Stuck    int    // sessions stuck now (see Config.RetryFor)
-	Sessions int    // sessions held in memory now (see Config.MaxSessions)
+	Stuck    int // sessions stuck now (see Config.RetryFor)
+	Sessions int // sessions held in memory now (see Config.MaxSessions)
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
