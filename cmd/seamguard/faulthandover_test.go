@@ -46,7 +46,19 @@ func TestFaultHandOver(t *testing.T) {
 	plan, ok := handOverPlans[*faultsSize]
 	require.True(t, ok, "-faults is %q; use short or full", *faultsSize)
 	bin := buildBinary(t)
-	srv := startChaosServer(t)
+	// No power is lost here, so the sync setting should not matter: the
+	// full size shows that it does not.
+	settings := map[string]time.Duration{"durable": 0}
+	if *faultsSize == "full" {
+		settings["lazy"] = 2 * time.Minute
+	}
+	for name, sync := range settings {
+		t.Run(name, func(t *testing.T) { faultHandOver(t, plan, bin, name, sync) })
+	}
+}
+
+func faultHandOver(t *testing.T, plan handOverPlan, bin, setting string, sync time.Duration) {
+	srv := startChaosServer(t, sync)
 	_, js := connectChaos(t, srv.url())
 	const ttl = 2 * time.Second
 	args := []string{"--nats-url", srv.url(), "--source", "urn:seamguard:test", "--shards", "4",
@@ -166,7 +178,7 @@ func TestFaultHandOver(t *testing.T) {
 	info, err := acked.Info(ctx)
 	require.NoError(t, err)
 	reportFault(t, faultRow{Fault: fmt.Sprintf("hand-overs: %d drains, pauses past the lease, kills; 2 instances", faults),
-		Setting: "durable", Acked: len(distinct), Lost: len(distinct) - int(info.State.Msgs),
+		Setting: setting, Acked: len(distinct), Lost: len(distinct) - int(info.State.Msgs),
 		VerdictsLost: kinds["missing"], Different: kinds["different"] + kinds["state"], Duplicated: max(dups, kinds["duplicate"]) + kinds["extra"],
 		Recovery: recovery, Note: fmt.Sprintf("replay compared %d verdicts, %d states", rep.Derived, rep.States)})
 	require.Empty(t, rep.Differences, "replay found differences")
