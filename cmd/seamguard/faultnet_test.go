@@ -46,7 +46,7 @@ type faultNetPlan struct {
 }
 
 var faultNetPlans = map[string]faultNetPlan{
-	"short": {Sessions: 8, Publish: 5 * time.Second, Lead: 2 * time.Second, Hold: 7 * time.Second, Pause: 6 * time.Second, Parallel: 2},
+	"short": {Sessions: 6, Publish: 5 * time.Second, Lead: 2 * time.Second, Hold: 7 * time.Second, Pause: 6 * time.Second, Parallel: 2},
 	"full":  {Sessions: 60, Publish: 40 * time.Second, Lead: 8 * time.Second, Hold: 25 * time.Second, Pause: 20 * time.Second, Parallel: 1},
 }
 
