@@ -224,7 +224,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	// when it is back: a verdict goes out while its decision is current,
 	// or fails and is retried (a partition's lease may have moved on
 	// meanwhile; see processor.Config.LeaseTTL).
-	nc, err := conn.connect("seamguard serve", url, nats.ReconnectBufSize(-1))
+	// A server that stops answering (cut off, paused) is noticed within
+	// about 15s, not the client's default of minutes, and serve moves to
+	// another server of the cluster while its leases can still be kept.
+	nc, err := conn.connect("seamguard serve", url, nats.ReconnectBufSize(-1),
+		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return err
 	}
