@@ -349,6 +349,8 @@ func (r *Recorder) WatchProcessor(p *processor.Processor) {
 			func(s processor.Stats) uint64 { return s.Handled }),
 		stat("seamguard_sessions_fenced_total", "Batches of a session whose state another instance had changed: this instance left its inputs to that one.",
 			func(s processor.Stats) uint64 { return s.Fenced }),
+		stat("seamguard_inputs_expired_total", "Inputs left undecided because the lease of their partition ended (a pause, a partition) after they were fetched: the partition's holder decides them.",
+			func(s processor.Stats) uint64 { return s.Expired }),
 		stat("seamguard_sessions_reloaded_total", "Cached sessions read again from the bucket after a break in delivery.",
 			func(s processor.Stats) uint64 { return s.Reloaded }),
 		stat("seamguard_caught_up_total", "Messages applied from the events stream ahead of their redelivery.",

@@ -48,6 +48,20 @@
 // redeliveries are then skipped.
 // The ack deadline is extended while a spill runs.
 //
+// # Hand-overs
+//
+// A partition is consumed by the instance holding its lease (see leases).
+// Every decision is made from a complete, current state: a session read
+// under an earlier lease of its partition (an epoch counts the takes) is
+// read from the bucket again before its next decision, since the holder in
+// between may have moved it on; and a delivery is decided only while the
+// lease it was fetched under is still held, with a tenth of the TTL to
+// spare before its key could expire. A process that was paused or cut off
+// past its lease therefore leaves what it had fetched to the partition's
+// holder. A decision made while the lease was current is the one any later
+// holder makes from the same inputs, under the same id, so a verdict
+// published late is dropped by the verdict stream's dedupe window.
+//
 // # Failures and retries
 //
 // Every loop that retries ends. A failure is either transient (NATS or

@@ -49,6 +49,10 @@ type leases struct {
 
 // leaseState is one partition's lease as this instance sees it.
 type leaseState struct {
+	// epoch counts the times this instance took the key: a session read
+	// under an earlier epoch may have been moved on by another instance
+	// since, and is read again (see shard.load).
+	epoch     uint64
 	held      bool      // this instance holds the key
 	releasing bool      // handing it over: no new fetch begins
 	busy      bool      // a fetch (and the dispatch of its messages) is under way
@@ -84,20 +88,34 @@ func partKey(p int) string { return "p" + strconv.Itoa(p) }
 
 // begin reports whether a fetch of partition p may start now, and if so
 // marks it under way until end and returns how long the fetch may wait for
-// messages. It may not when this instance does not hold the lease, is
+// messages, and the lease's epoch. It may not when this instance does not hold the lease, is
 // handing it over, or last renewed it so long ago that the key might expire
 // within 50ms. The wait ends, with a tenth of the TTL to spare, before the
 // key could expire, so that the server sends nothing of this fetch after
 // another instance could have taken the partition.
-func (l *leases) begin(p int, most time.Duration) (time.Duration, bool) {
+func (l *leases) begin(p int, most time.Duration) (time.Duration, uint64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	left := l.left(p)
 	if left < 50*time.Millisecond {
-		return 0, false
+		return 0, 0, false
 	}
 	l.parts[p].busy = true
-	return min(most, left), true
+	return min(most, left), l.parts[p].epoch, true
+}
+
+// current reports whether this instance still holds partition p under the
+// lease of epoch, with time left before the key could expire: only then
+// may it decide what that lease's fetches delivered. An instance paused
+// (or cut off) past its lease wakes with deliveries in hand that another
+// instance may have decided since, from a state this one has not seen; it
+// leaves them. A partition being handed over is still current: its
+// deliveries are decided until the key is deleted.
+func (l *leases) current(p int, epoch uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := &l.parts[p]
+	return s.held && s.epoch == epoch && l.now().Before(s.renewed.Add(l.ttl-l.ttl/10))
 }
 
 // left is how much longer this instance may fetch partition p: until a
@@ -248,7 +266,7 @@ func (l *leases) renew(ctx context.Context, p int) {
 			l.set(p, func(s *leaseState) { s.rev = e.Revision() })
 			return
 		}
-		l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy} })
+		l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy, epoch: s.epoch} })
 		holder := "nobody"
 		if gerr == nil {
 			holder = string(e.Value())
@@ -284,7 +302,9 @@ func (l *leases) take(ctx context.Context, p int) bool {
 		}
 		return false
 	}
-	l.set(p, func(s *leaseState) { *s = leaseState{held: true, busy: s.busy, rev: rev, renewed: sent} })
+	l.set(p, func(s *leaseState) {
+		*s = leaseState{held: true, busy: s.busy, rev: rev, renewed: sent, epoch: s.epoch + 1}
+	})
 	l.log.Info("took a partition", "partition", p, "instance", l.id)
 	return true
 }
@@ -311,7 +331,7 @@ func (l *leases) release(ctx context.Context, p int) {
 		l.log.Warn("handing a partition over failed; retrying", "partition", p, "err", err)
 		return
 	}
-	l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy} })
+	l.set(p, func(s *leaseState) { *s = leaseState{busy: s.busy, epoch: s.epoch} })
 	if err == nil {
 		l.log.Info("handed a partition over", "partition", p, "instance", l.id)
 	}

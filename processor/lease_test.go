@@ -194,7 +194,7 @@ func TestLeasesWaitForTheFetchUnderWay(t *testing.T) {
 	a, _ := r.start()
 	r.waitHeld(5*time.Second, "alone", []*leases{a}, 2)
 	for p := range 2 {
-		wait, ok := a.begin(p, fetchWait)
+		wait, _, ok := a.begin(p, fetchWait)
 		require.True(t, ok)
 		require.Greater(t, wait, time.Duration(0))
 		require.LessOrEqual(t, wait, fetchWait)
@@ -204,7 +204,7 @@ func TestLeasesWaitForTheFetchUnderWay(t *testing.T) {
 	time.Sleep(2 * ttl) // longer than the lease: it must be renewed meanwhile
 	require.Empty(t, b.held(), "a partition under way stays with its holder")
 	require.Equal(t, []int{0, 1}, a.held())
-	_, ok := a.begin(1, fetchWait)
+	_, _, ok := a.begin(1, fetchWait)
 	require.False(t, ok, "no new fetch begins on a partition being handed over")
 	e, err := r.res.Leases.Get(r.ctx, partKey(1))
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func TestLeasesHandOverCalledOff(t *testing.T) {
 	a, _ := r.start()
 	r.waitHeld(5*time.Second, "alone", []*leases{a}, 2)
 	for p := range 2 {
-		_, ok := a.begin(p, fetchWait)
+		_, _, ok := a.begin(p, fetchWait)
 		require.True(t, ok)
 	}
 	_, stopB := r.start()
@@ -245,7 +245,7 @@ func TestLeasesHandOverCalledOff(t *testing.T) {
 	deadline = time.Now().Add(5 * time.Second)
 	for p := range 2 {
 		for {
-			if _, ok := a.begin(p, fetchWait); ok {
+			if _, _, ok := a.begin(p, fetchWait); ok {
 				a.end(p)
 				break
 			}

@@ -45,6 +45,7 @@ type Processor struct {
 
 	running                                      atomic.Bool
 	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
+	expired                                      atomic.Uint64
 	cached                                       atomic.Int64 // sessions the shards hold
 }
 
@@ -226,7 +227,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = &shard{p: p, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
+		shards[i] = &shard{p: p, lease: lease, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
 		wg.Add(1)
 		go func(s *shard) {
 			defer wg.Done()
@@ -328,7 +329,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		case <-hard.Done():
 		}
 	}
-	var horizon, lastDelivery uint64
+	var horizon, lastDelivery, epoch uint64
 	// takeOver reads the consumer's state when this instance begins to
 	// consume it (at the start, or on taking the partition's lease): what
 	// was delivered before and is still pending must be in the window
@@ -352,6 +353,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		if h > 0 {
 			horizon = max(horizon, h)
 			for _, m := range p.adopt(hard, cons, win, floor, h) {
+				m.part, m.epoch = part, epoch
 				send(m.markSubject, m)
 			}
 		}
@@ -381,12 +383,15 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 			}
 			lastDelivery = meta.Sequence.Consumer
 		}
-		d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now()}
+		d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now(), part: part, epoch: epoch}
 		if merr == nil {
 			d.win = win
 			win.add(meta.Sequence.Stream, msg)
 		}
 		send(msg.Subject(), d)
+		for i := range marks {
+			marks[i].part, marks[i].epoch = part, epoch
+		}
 		// The markers follow the message that showed the break, so that it
 		// is decided on its own delivery, not caught up ahead of it.
 		for _, m := range marks {
@@ -423,7 +428,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		wait := fetchWait
 		if part >= 0 {
 			changed := lease.changed() // before begin: no change is missed
-			w, ok := lease.begin(part, fetchWait)
+			w, ep, ok := lease.begin(part, fetchWait)
 			if !ok {
 				owned = false
 				t := time.NewTimer(leaseIdle)
@@ -437,6 +442,10 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 				continue
 			}
 			wait = w
+			if ep != epoch {
+				owned = false // taken again since the last fetch
+				epoch = ep
+			}
 			if !owned {
 				if err := takeOver(); err != nil {
 					lease.end(part)
@@ -510,14 +519,18 @@ type Stats struct {
 	Reloaded uint64 // cached sessions read again after a break in delivery
 	CaughtUp uint64 // messages applied from the stream ahead of their redelivery
 	Dropped  uint64 // idle sessions dropped from memory past MaxSessions
-	Stuck    int    // sessions stuck now (see Config.RetryFor)
-	Sessions int    // sessions held in memory now (see Config.MaxSessions)
+	// Expired counts deliveries left undecided because the lease of their
+	// partition ended (or changed hands) after they were fetched: their
+	// redelivery, or the new owner, decides them.
+	Expired  uint64
+	Stuck    int // sessions stuck now (see Config.RetryFor)
+	Sessions int // sessions held in memory now (see Config.MaxSessions)
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
 	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
-		Dropped: p.dropped.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load())}
+		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load())}
 }
 
 // fetchWait is how long one fetch waits for messages, and so the longest a
@@ -681,6 +694,9 @@ type session struct {
 	loaded uint64
 	// fresh is true from reading the state until its first catch-up.
 	fresh bool
+	// epoch is the epoch of its partition's lease when the state was read:
+	// a later epoch means the partition was held elsewhere in between.
+	epoch uint64
 }
 
 // ledger returns the session's ledger, restoring it from its snapshot when
@@ -727,12 +743,29 @@ type delivery struct {
 	metaErr     error
 	horizon     uint64
 	at          time.Time // when it was received, for the decision latency
+	// part is the partition whose consumer delivered it (-1: the consumer
+	// of subjects that name no session), and epoch the epoch of the lease
+	// under which it was fetched.
+	part  int
+	epoch uint64
+}
+
+// seq is the stream sequence of the delivery (the last one a marker holds).
+func (d delivery) seq() uint64 {
+	switch {
+	case d.meta != nil:
+		return d.meta.Sequence.Stream
+	case len(d.mark) > 0:
+		return d.mark[len(d.mark)-1]
+	}
+	return 0
 }
 
 // shard owns the sessions whose subjects hash to it. Only its goroutine
 // touches its map and ledgers.
 type shard struct {
 	p        *Processor
+	lease    *leases
 	q        chan delivery
 	sessions map[string]*session
 	// woken counts ledgers made live (read, restored or begun) since the
@@ -897,6 +930,10 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	}
 	for _, d := range batch {
 		if d.mark != nil {
+			if sid, err := p.subj.SessionOf(d.markSubject); err == nil && !fenced[sid] && !s.current(d, sid) {
+				leave(sid)
+				continue
+			}
 			if sid, err := s.adopted(ctx, b, d, &acks, &pubs, &touched, fenced, fence); err != nil {
 				if err := park(sid, err); err != nil {
 					return err
@@ -918,7 +955,11 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			continue
 		}
 		if serr == nil {
-			sess, err = s.load(ctx, b, sid, d.horizon)
+			if !s.current(d, sid) {
+				leave(sid)
+				continue
+			}
+			sess, err = s.load(ctx, b, sid, d.horizon, d.epoch)
 			if err != nil {
 				if err := park(sid, err); err != nil {
 					return err
@@ -1088,7 +1129,7 @@ func (s *shard) adopted(ctx context.Context, b *budget, d delivery, acks *[]ack,
 	if err != nil || fenced[sid] {
 		return sid, nil
 	}
-	sess, err := s.load(ctx, b, sid, d.horizon)
+	sess, err := s.load(ctx, b, sid, d.horizon, d.epoch)
 	if err != nil {
 		return sid, err
 	}
@@ -1479,13 +1520,15 @@ func (p *Processor) placement(ctx context.Context) string {
 // A session cached since before horizon is read again: after a break in
 // delivery another instance may have moved it on (its own writes are always
 // stored before its inputs are acked, so the cache never knows more than
-// the bucket).
-func (s *shard) load(ctx context.Context, b *budget, id string, horizon uint64) (*session, error) {
+// the bucket). So is one cached under an earlier lease of its partition
+// (epoch): the partition was held elsewhere in between, and its new holder
+// may have decided and stored since, even with nothing left pending.
+func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch uint64) (*session, error) {
 	if sess := s.sessions[id]; sess != nil {
 		// A session changed in the batch at hand is newer than the bucket
 		// until the batch is stored; if another instance moved it on, the
 		// compare-and-swap at the end of the batch says so.
-		if sess.loaded >= horizon || sess.dirty {
+		if sess.dirty || sess.loaded >= horizon && sess.epoch == epoch {
 			return sess, nil
 		}
 		s.drop(id)
@@ -1493,9 +1536,24 @@ func (s *shard) load(ctx context.Context, b *budget, id string, horizon uint64) 
 	}
 	sess, err := s.read(ctx, b, id)
 	if err == nil {
-		sess.loaded = horizon
+		sess.loaded, sess.epoch = horizon, epoch
 	}
 	return sess, err
+}
+
+// current reports whether delivery d, of session id, may be decided: its
+// partition's lease is still this instance's, the one it was fetched
+// under, with time left. Otherwise another instance may hold the partition
+// now, or soon, and decide from a state this one has not seen; the
+// delivery is left, unacknowledged, to it.
+func (s *shard) current(d delivery, id string) bool {
+	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
+		return true
+	}
+	s.p.expired.Add(1)
+	s.p.log.Info("the partition's lease ended before this input was decided; leaving it to the partition's next holder",
+		"session", id, "partition", d.part, "seq", d.seq())
+	return false
 }
 
 // read reads a session's stored state into the cache.

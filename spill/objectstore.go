@@ -467,8 +467,19 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 	}
 	defer s.dropConsumer(ctx, s.Stream, cons)
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-		return fmt.Errorf("%w: stream %s holds no event of session %s from sequence %d on (aged out or purged)",
-			ErrIncomplete, s.Stream, req.Session, max(rp.from, 1))
+		// The consumer sees nothing, but it may sit on a replica that lags
+		// its leader (after a partition heals): only the leader can say
+		// that the events are gone.
+		str, serr := s.JS.Stream(ctx, s.Stream)
+		if serr == nil {
+			serr = s.checkEnds(ctx, str, req)
+		}
+		if errors.Is(serr, ErrIncomplete) {
+			return fmt.Errorf("stream %s holds no event of session %s from sequence %d on (aged out or purged): %w",
+				s.Stream, req.Session, max(rp.from, 1), serr)
+		}
+		return fmt.Errorf("%w: the reader of stream %s sees no event of session %s from sequence %d on, but the stream's leader does not say they are gone (%v)",
+			ErrUnavailable, s.Stream, req.Session, max(rp.from, 1), serr)
 	}
 	// At most 256 events buffered, and each pull asks for at most 1 MiB (or
 	// the largest message, so that none stalls it), so a pull answers with a
@@ -674,8 +685,20 @@ func (s *Store) read(ctx context.Context, info *jetstream.ObjectInfo, w io.Write
 			return fmt.Errorf("spill: read %s from bucket %s: %w", info.Name, info.Bucket, err)
 		}
 		defer s.dropConsumer(ctx, stream, cons)
+		// A reader that sees too few chunks may sit on a replica that lags
+		// its leader (after a partition heals): the leader says whether
+		// the chunks are gone (a mismatch) or not read yet (unavailable).
+		short := func(seen uint32) error {
+			subj := "$O." + info.Bucket + ".C." + info.NUID
+			n, err := s.held(ctx, stream, subj)
+			if err == nil && n < uint64(info.Chunks) {
+				return mismatch("the bucket holds only %d of its %d chunks", n, info.Chunks)
+			}
+			return fmt.Errorf("%w: the reader of bucket %s sees %d of the %d chunks of %s, but the bucket's leader holds them (%d; %v): a replica behind its leader? try again",
+				ErrUnavailable, info.Bucket, seen, info.Chunks, info.Name, n, err)
+		}
 		if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-			return mismatch("none of its %d chunks is in the bucket", info.Chunks)
+			return short(0)
 		}
 		chunk := 128 << 10
 		if info.Opts != nil && info.Opts.ChunkSize > 0 {
@@ -703,7 +726,7 @@ func (s *Store) read(ctx context.Context, info *jetstream.ObjectInfo, w io.Write
 			size += uint64(len(data))
 			chunks++
 			if chunks < info.Chunks && md.NumPending == 0 {
-				return mismatch("the bucket holds only %d of its %d chunks", chunks, info.Chunks)
+				return short(chunks)
 			}
 		}
 	}
@@ -712,6 +735,19 @@ func (s *Store) read(ctx context.Context, info *jetstream.ObjectInfo, w io.Write
 			size, chunks, got, info.Size, info.Chunks, info.Digest)
 	}
 	return nil
+}
+
+// held asks the stream's leader how many messages it holds on subject.
+func (s *Store) held(ctx context.Context, stream, subject string) (uint64, error) {
+	str, err := s.JS.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := str.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Subjects[subject], nil
 }
 
 // nextWithin returns the next message, waiting at most readIdle.

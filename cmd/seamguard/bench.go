@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/seamguard/seamguard/internal/bench"
+	"github.com/seamguard/seamguard/internal/embedded"
 )
 
 // runBench measures seamguard against raw JetStream (see internal/bench).
@@ -41,11 +42,16 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.BoolVar(&inProcess, "in-process", false, "run the embedded server in this process (memory figures then include the server's)")
 	fs.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of this process (the processor and the clients) to this file")
 	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile of this process to this file while the sessions of measurement 3 are live")
+	syncFlag := fs.String("sync-interval", "always", "how the servers the run starts sync, as serve's --sync-interval: always (fsync before acknowledging; serve's default) or an interval such as 2m; both sides of every ratio use it")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := applyEnv(fs); err != nil {
 		return err
+	}
+	var err error
+	if cfg.SyncInterval, err = embedded.ParseSync(*syncFlag); err != nil {
+		return fmt.Errorf("%w: --sync-interval %q: use always, or a positive duration such as 2m", errUsage, *syncFlag)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: bench takes no arguments, got %q", errUsage, fs.Args())

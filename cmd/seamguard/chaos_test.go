@@ -130,16 +130,22 @@ func readSpill(ctx context.Context, store *spill.Store, name string) (digest str
 // chaosServer is a NATS server the harness can restart on the same port and
 // storage.
 type chaosServer struct {
+	sync time.Duration
 	mu   sync.Mutex
 	srv  *server.Server
 	dir  string
 	port int
 }
 
-func startChaosServer(t *testing.T) *chaosServer {
+// startChaosServer starts the embedded server; a sync interval (at most
+// one) makes it acknowledge before it syncs.
+func startChaosServer(t *testing.T, sync ...time.Duration) *chaosServer {
 	t.Helper()
 	c := &chaosServer{dir: t.TempDir()}
-	s, err := embedded.Start(embedded.Config{StoreDir: c.dir})
+	if len(sync) > 0 {
+		c.sync = sync[0]
+	}
+	s, err := embedded.Start(embedded.Config{StoreDir: c.dir, SyncInterval: c.sync})
 	require.NoError(t, err)
 	c.srv, c.port = s, s.Addr().(*net.TCPAddr).Port
 	t.Cleanup(func() {
@@ -158,7 +164,7 @@ func (c *chaosServer) restart() error {
 	defer c.mu.Unlock()
 	c.srv.Shutdown()
 	c.srv.WaitForShutdown()
-	s, err := embedded.Start(embedded.Config{StoreDir: c.dir, Port: c.port})
+	s, err := embedded.Start(embedded.Config{StoreDir: c.dir, Port: c.port, SyncInterval: c.sync})
 	if err != nil {
 		return err
 	}

@@ -94,12 +94,13 @@ func (c *connFlags) validate() error {
 	return errors.Join(errs...)
 }
 
-// connect dials url (c.url when empty) with the options of c.
-func (c *connFlags) connect(name, url string) (*nats.Conn, error) {
+// connect dials url (c.url when empty) with the options of c, and extra.
+func (c *connFlags) connect(name, url string, extra ...nats.Option) (*nats.Conn, error) {
 	if url == "" {
 		url = c.url
 	}
 	opts := []nats.Option{nats.Name(name), nats.Timeout(c.timeout), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts = append(opts, extra...)
 	switch {
 	case c.creds != "":
 		opts = append(opts, nats.UserCredentials(c.creds))

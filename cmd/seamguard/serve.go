@@ -220,7 +220,15 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		url = s.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "data", *dataDir, "sync_interval", *syncFlag)
 	}
-	nc, err := conn.connect("seamguard serve", url)
+	// No publish waits in a buffer while the connection is down, to go out
+	// when it is back: a verdict goes out while its decision is current,
+	// or fails and is retried (a partition's lease may have moved on
+	// meanwhile; see processor.Config.LeaseTTL).
+	// A server that stops answering (cut off, paused) is noticed within
+	// about 15s, not the client's default of minutes, and serve moves to
+	// another server of the cluster while its leases can still be kept.
+	nc, err := conn.connect("seamguard serve", url, nats.ReconnectBufSize(-1),
+		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return err
 	}

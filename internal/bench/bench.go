@@ -38,11 +38,19 @@ type Config struct {
 	// Skip names measurements to leave out: "ingest", "latency",
 	// "sessions", "decision", "spill".
 	Skip []string
+	// SyncInterval is how the servers the run starts sync: 0 (the
+	// default, as serve's) fsyncs every write before acknowledging it; a
+	// positive interval acknowledges first. Both sides of every ratio run
+	// on the same server, so with the same setting. Ignored with URL.
+	SyncInterval time.Duration
 }
 
 // Validate reports every problem with c at once.
 func (c Config) Validate() error {
 	var errs []error
+	if c.SyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("bench: SyncInterval %s is negative; 0 syncs every write", c.SyncInterval))
+	}
 	if c.URL != "" && len(c.Child) > 0 {
 		errs = append(errs, errors.New("bench: both URL and Child are set; a run measures one server"))
 	}
@@ -67,10 +75,13 @@ func (c Config) skips(name string) bool {
 // Report is what one run measured. Ratios are seamguard's figure over raw
 // JetStream's, measured on the same server in the same run.
 type Report struct {
-	Started  time.Time        `json:"started"`
-	Took     string           `json:"took"`
-	Quick    bool             `json:"quick"`
-	Server   string           `json:"server"` // "url", "child process" or "in process"
+	Started time.Time `json:"started"`
+	Took    string    `json:"took"`
+	Quick   bool      `json:"quick"`
+	Server  string    `json:"server"` // "url", "child process" or "in process"
+	// Sync is how the servers synced: "always", an interval, or "as
+	// configured" for a server at URL.
+	Sync     string           `json:"sync"`
 	CPUs     int              `json:"cpus"`
 	GoVer    string           `json:"go"`
 	Ingest   []IngestResult   `json:"ingest,omitempty"`
@@ -109,6 +120,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		dir = d
 	}
 	r := &Report{Started: time.Now().UTC(), Quick: cfg.Quick, CPUs: runtime.NumCPU(), GoVer: runtime.Version(), Targets: map[string]*bool{}}
+	switch {
+	case cfg.URL != "":
+		r.Sync = "as configured"
+	case cfg.SyncInterval == 0:
+		r.Sync = "always"
+	default:
+		r.Sync = cfg.SyncInterval.String()
+	}
 	progress := func(format string, args ...any) {
 		if cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "bench: "+format+"\n", args...)
@@ -289,7 +308,7 @@ func dur(s float64) string {
 
 // WriteTable prints the table.
 func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "seamguard bench (%s, server %s, %d CPUs, %s, took %s)\n\n", map[bool]string{true: "quick", false: "full"}[r.Quick], r.Server, r.CPUs, r.GoVer, r.Took)
+	fmt.Fprintf(w, "seamguard bench (%s, server %s, sync %s, %d CPUs, %s, took %s)\n\n", map[bool]string{true: "quick", false: "full"}[r.Quick], r.Server, r.Sync, r.CPUs, r.GoVer, r.Took)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "item\tmetric\tseamguard\traw JetStream\tratio\ttarget\tmet")
 	for _, row := range r.Rows {

@@ -99,13 +99,13 @@ func startServer(cfg Config, dir string) (*server, error) {
 	case cfg.URL != "":
 		s.url, s.mode = cfg.URL, "url"
 	case len(cfg.Child) > 0:
-		url, pid, stop, err := startChild(cfg.Child, dir)
+		url, pid, stop, err := startChild(cfg.Child, dir, cfg.SyncInterval)
 		if err != nil {
 			return nil, err
 		}
 		s.url, s.mode, s.stop, s.pid = url, "child process", stop, pid
 	default:
-		srv, err := embedded.Start(embedded.Config{StoreDir: dir})
+		srv, err := embedded.Start(embedded.Config{StoreDir: dir, SyncInterval: cfg.SyncInterval})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -136,8 +136,11 @@ func (s *server) close() {
 
 // startChild runs argv as a child server on dir, passing ServerProfileEnv
 // on as the child's profile file.
-func startChild(argv []string, dir string) (string, int, func(), error) {
-	var env []string
+func startChild(argv []string, dir string, sync time.Duration) (string, int, func(), error) {
+	env := []string{embedded.ChildSyncEnv + "=always"}
+	if sync > 0 {
+		env[0] = embedded.ChildSyncEnv + "=" + sync.String()
+	}
 	if path := os.Getenv(ServerProfileEnv); path != "" {
 		env = append(env, embedded.ChildProfileEnv+"="+path)
 	}
