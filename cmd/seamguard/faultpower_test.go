@@ -191,11 +191,6 @@ cluster {
 	return r
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // start starts the servers (cluster) and serve, and waits until serve is
 // ready. It returns an error rather than failing: after a lazy power cut a
 // server may not come back.
