@@ -89,9 +89,24 @@ type Peak struct {
 
 func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rounds int, progress func(string, ...any)) (*SpillResult, error) {
 	cfg := benchProcessorConfig("benchp")
-	res, err := processor.Provision(ctx, s.js, cfg)
+	_, err := processor.Provision(ctx, s.js, cfg)
 	if err != nil {
 		return nil, err
+	}
+	// The raw side's puts (nats.go's ObjectStore.Put) send chunks
+	// asynchronously with nothing but the client's pending limit to hold
+	// them back; a server that syncs every write before acknowledging
+	// falls behind, and its stream's inbound queue refuses the overflow
+	// with 429 (too many requests), failing the put. They get a limit of
+	// the spill writer's own bytes in flight: 32 of their 128 KiB chunks,
+	// as 8 of its 512 KiB ones.
+	rawJS, err := jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(32))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	rawObs, err := rawJS.ObjectStore(ctx, cfg.Names().Spills)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer dropResources(context.WithoutCancel(ctx), s.js, cfg)
 	store := &spill.Store{JS: s.js, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
@@ -150,14 +165,14 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 			}
 			progress("spill: round %d of %d: raw object store put of the same %d MiB", r+1, rounds, h.Size>>20)
 			m := s.meter()
-			put, err := rawPut(ctx, res.Spills, path)
+			put, err := rawPut(ctx, rawObs, path)
 			if err != nil {
 				return nil, err
 			}
 			round.PutSecs, round.PutUsage = put.Seconds(), m.stop()
 			progress("spill: round %d of %d: the same events read and put with no processing", r+1, rounds)
 			m = s.meter()
-			pipe, err := rawPipe(ctx, s.js, res.Spills, cfg, req)
+			pipe, err := rawPipe(ctx, s.js, rawObs, cfg, req)
 			if err != nil {
 				return nil, err
 			}
