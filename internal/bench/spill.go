@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/heapwatch"
@@ -93,21 +95,7 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 	if err != nil {
 		return nil, err
 	}
-	// The raw side's puts (nats.go's ObjectStore.Put) send chunks
-	// asynchronously with nothing but the client's pending limit to hold
-	// them back; a server that syncs every write before acknowledging
-	// falls behind, and its stream's inbound queue refuses the overflow
-	// with 429 (too many requests), failing the put. They get a limit of
-	// the spill writer's own bytes in flight: 32 of their 128 KiB chunks,
-	// as 8 of its 512 KiB ones.
-	rawJS, err := jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(32))
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	rawObs, err := rawJS.ObjectStore(ctx, cfg.Names().Spills)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
+	rawObs := rawStore{js: s.js, bucket: cfg.Names().Spills}
 	defer dropResources(context.WithoutCancel(ctx), s.js, cfg)
 	store := &spill.Store{JS: s.js, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
 	out := &SpillResult{Server: s.mode, Rounds: rounds}
@@ -206,7 +194,7 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 // object store with its own Put through a pipe, in chunks of the spill's
 // size: the broker's read-then-put as the spill uses the broker, with
 // nothing of seamguard in it (no decoding, replay or encoding).
-func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, cfg processor.Config, req ledger.SpillRequest) (time.Duration, error) {
+func rawPipe(ctx context.Context, js jetstream.JetStream, obs rawStore, cfg processor.Config, req ledger.SpillRequest) (time.Duration, error) {
 	start := time.Now()
 	cons, err := js.OrderedConsumer(ctx, cfg.Names().Events, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{cfg.Subjects().Stored(req.Session)},
@@ -243,7 +231,7 @@ func rawPipe(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectSt
 		}
 		pw.CloseWithError(bw.Flush())
 	}()
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/pipe.jsonl", Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(pipeChunk(js))}}, spill.FullReader{R: pr})
+	err = obs.put(ctx, pr, pipeChunk(js))
 	pr.Close()
 	if err != nil {
 		return 0, fmt.Errorf("bench: pipe: %w", err)
@@ -257,17 +245,89 @@ func pipeChunk(js jetstream.JetStream) int {
 	return min(spill.DefaultChunkSize, int(js.Conn().MaxPayload())/2)
 }
 
-func rawPut(ctx context.Context, obs jetstream.ObjectStore, path string) (time.Duration, error) {
+func rawPut(ctx context.Context, obs rawStore, path string) (time.Duration, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	start := time.Now()
-	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: "raw/put.jsonl"}, f); err != nil {
+	if err := obs.put(ctx, f, rawChunk); err != nil {
 		return 0, fmt.Errorf("bench: raw put: %w", err)
 	}
 	return time.Since(start), nil
+}
+
+// rawChunk is the object store's default chunk size (nats.go's).
+const rawChunk = 128 << 10
+
+// rawInFlight is the bytes the raw puts keep in flight: the spill
+// writer's (8 chunks of 512 KiB).
+const rawInFlight = 4 << 20
+
+// rawStore writes bytes into an object store bucket's stream as its chunks,
+// the way an object store put does, with nothing of seamguard in it.
+// nats.go's ObjectStore.Put is not used: it sends every chunk at once
+// (its own publisher allows 4,000 pending), and a server that syncs every
+// write before acknowledging falls behind and refuses the overflow of its
+// stream's ingest queue with 429 (too many requests), failing the put. This
+// one keeps rawInFlight bytes in flight, as the spill writer does. It
+// writes no object info (one small message) and purges the chunks after.
+type rawStore struct {
+	js     jetstream.JetStream
+	bucket string
+}
+
+func (o rawStore) put(ctx context.Context, r io.Reader, chunk int) error {
+	subject := "$O." + o.bucket + ".C." + nuid.Next()
+	window := max(1, rawInFlight/chunk)
+	var flight []jetstream.PubAckFuture
+	settle := func() error {
+		f := flight[0]
+		flight = flight[1:]
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("no publish ack within 30s")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for {
+		buf := make([]byte, chunk)
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			for len(flight) >= window {
+				if err := settle(); err != nil {
+					return err
+				}
+			}
+			f, perr := o.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: buf[:n]}, jetstream.WithExpectStream("OBJ_"+o.bucket))
+			if perr != nil {
+				return perr
+			}
+			flight = append(flight, f)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for len(flight) > 0 {
+		if err := settle(); err != nil {
+			return err
+		}
+	}
+	str, err := o.js.Stream(ctx, "OBJ_"+o.bucket)
+	if err == nil {
+		err = str.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	}
+	return err
 }
 
 // sampled runs f while sampling the heap in use every 2ms, and returns its
