@@ -28,6 +28,7 @@ const (
 	DefaultPartitions         = 4
 	DefaultLeaseTTL           = 15 * time.Second
 	DefaultRetryFor           = 30 * time.Second
+	DefaultStartTimeout       = 2 * time.Minute
 	DefaultDrainTimeout       = 25 * time.Second
 	DefaultMaxSessions        = 250_000
 	DefaultSweepEvery         = 5 * time.Minute
@@ -127,6 +128,12 @@ type Config struct {
 	// processor reports itself unready, and every other session goes on.
 	// Failures that retrying cannot fix are not retried at all.
 	RetryFor time.Duration
+	// StartTimeout bounds how long New and the start of Run wait for
+	// NATS to answer while they set up the streams, buckets and consumers
+	// (a cluster still electing its leaders after a restart answers with
+	// timeouts and no responders); 0 means 2m. Past it, or on an error
+	// that waiting cannot cure, they return the error.
+	StartTimeout time.Duration
 	// DrainTimeout bounds a drain (Run's ctx cancelled); 0 means 25s. Past
 	// it, Run stops as Abort does, whatever is stuck, and still hands its
 	// partitions over, so that another instance takes them at once.
@@ -201,6 +208,7 @@ func (c Config) withDefaults() Config {
 	set(&c.Partitions, DefaultPartitions)
 	setD(&c.LeaseTTL, DefaultLeaseTTL)
 	setD(&c.RetryFor, DefaultRetryFor)
+	setD(&c.StartTimeout, DefaultStartTimeout)
 	setD(&c.DrainTimeout, DefaultDrainTimeout)
 	set(&c.MaxSessions, DefaultMaxSessions)
 	setD(&c.SweepEvery, DefaultSweepEvery)
@@ -237,7 +245,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"DrainTimeout", c.DrainTimeout}, {"SweepMinAge", c.SweepMinAge}} {
+	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"StartTimeout", c.StartTimeout}, {"DrainTimeout", c.DrainTimeout}, {"SweepMinAge", c.SweepMinAge}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
 		}

@@ -61,7 +61,15 @@ func WithClock(now func() time.Time) Option { return func(p *Processor) { p.now 
 // New validates cfg, provisions the streams, bucket and object store, and
 // returns a Processor ready to Run.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option) (*Processor, error) {
-	res, err := Provision(ctx, js, cfg)
+	opt := &Processor{log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(opt)
+	}
+	var res *Resources
+	err := starting(ctx, opt.log, cfg.withDefaults().StartTimeout, "setting up its streams, buckets and object store", func(ctx context.Context) (err error) {
+		res, err = Provision(ctx, js, cfg)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +106,51 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	}
 	p.status = js.Conn().Status
 	return p, nil
+}
+
+// starting runs f, the setting up of what the processor needs, again while
+// it fails because NATS does not answer (a cluster restarting, electing
+// its leaders), for at most timeout, and returns its last error.
+//
+// Each attempt gets at most a quarter of timeout (and at least 5s): a
+// server without a JetStream quorum leaves API requests unanswered, and
+// one would otherwise wait for ctx's own deadline.
+func starting(ctx context.Context, log *slog.Logger, timeout time.Duration, what string, f func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, max(timeout/4, 5*time.Second))
+		err := f(actx)
+		cancel()
+		if err == nil || !waitable(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("NATS does not answer yet; retrying", "doing", what, "err", err, "attempt", attempt+1, "gives_up_in", time.Until(deadline).Round(time.Second))
+		if sleep(ctx, min(backoff(attempt), time.Until(deadline))) != nil {
+			return err
+		}
+	}
+}
+
+// waitable reports whether a failure to set up may pass by itself: NATS
+// not answering, or a JetStream cluster saying that it cannot place or
+// reach a stream now (no quorum, peers offline, a leader not yet elected).
+func waitable(err error) bool {
+	if Unreachable(err) {
+		return true
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case 10004, // incomplete results
+			10005,                      // no suitable peers for placement
+			10008,                      // JetStream system temporarily unavailable
+			10009,                      // cluster cannot handle the request (not leader)
+			10118, 10119, 10194, 10195, // stream or consumer offline
+			10167: // too many requests
+			return true
+		}
+	}
+	return false
 }
 
 // stateMargin is what a stored state takes beyond the ledger's snapshot:
@@ -174,7 +227,11 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	consumers := make([]jetstream.Consumer, 0, p.cfg.Partitions+1)
 	for part := -1; part < p.cfg.Partitions; part++ {
-		cons, err := p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, p.cfg.ConsumerConfig(part))
+		var cons jetstream.Consumer
+		err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
+			cons, err = p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, p.cfg.ConsumerConfig(part))
+			return err
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // asked to stop before it began: nothing to drain
@@ -190,7 +247,11 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		consumers = append(consumers, cons)
 	}
-	kstream, err := p.js.Stream(ctx, "KV_"+p.cfg.Names().Leases)
+	var kstream jetstream.Stream
+	err := starting(ctx, p.log, p.cfg.StartTimeout, "reading the leases bucket", func(ctx context.Context) (err error) {
+		kstream, err = p.js.Stream(ctx, "KV_"+p.cfg.Names().Leases)
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -1371,11 +1432,14 @@ func (s *shard) owned(ctx context.Context, b *budget, sess *session) error {
 	}
 }
 
-// unreachable reports whether err says that NATS or JetStream did not
+// Unreachable reports whether err says that NATS or JetStream did not
 // answer at all (a timeout, no responders, a connection being
-// re-established, a server shutting down), as while a server restarts. The
-// object store did not fail then; it was not reached, and halting a session
-// for it would turn a restart into an operator's chore.
+// re-established, a server shutting down), as while a server restarts:
+// trying again later may succeed. The object store did not fail then; it
+// was not reached, and halting a session for it would turn a restart into
+// an operator's chore.
+func Unreachable(err error) bool { return unreachable(err) }
+
 func unreachable(err error) bool {
 	for _, target := range []error{
 		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,

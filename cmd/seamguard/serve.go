@@ -77,6 +77,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
 	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
 	fs.DurationVar(&p.cfg.RetryFor, "retry-for", processor.DefaultRetryFor, "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
+	fs.DurationVar(&p.cfg.StartTimeout, "start-timeout", processor.DefaultStartTimeout, "how long serve waits at start for NATS to answer while it sets up its streams, buckets and consumers (a cluster restarting) before it gives up")
 	fs.DurationVar(&p.cfg.DrainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
 	p.limits.register(fs)
 	fs.Var(sizeValue{&p.cfg.SpillBucketMaxBytes}, "spill-bucket-max-bytes", "the most the spill bucket may hold, e.g. 50GiB; a spill that does not fit halts its session; 0: no limit but the server's storage")
