@@ -312,8 +312,30 @@ func publishPaced(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg,
 	return retries, nil
 }
 
-// quiet reports whether every consumer of the events stream has nothing
-// pending and nothing awaiting an ack.
+// undisturbed runs msgs through one serve on one embedded server, nothing
+// disturbed, and returns the verdicts (normalised bodies by id), each of
+// which must be stored once.
+func undisturbed(t *testing.T, bin string, msgs []*nats.Msg, wait time.Duration) map[string]string {
+	t.Helper()
+	srv := startChaosServer(t)
+	_, js := connectChaos(t, srv.url())
+	p := &procRunner{t: t, bin: bin, url: srv.url()}
+	defer p.cleanup()
+	p.start()
+	_, err := publishPaced(context.Background(), js, msgs, 0)
+	require.NoError(t, err)
+	waitQuiet(t, js, wait)
+	require.NoError(t, p.stop())
+	bodies, counts := verdictBodies(t, js)
+	for id, n := range counts {
+		require.Equal(t, 1, n, "reference: verdict %s stored %d times", id, n)
+	}
+	return bodies
+}
+
+// quiet reports whether every consumer of the processor (seamguard-p0 ...
+// and seamguard-invalid; not a reader's own) has nothing pending and
+// nothing awaiting an ack.
 func quiet(ctx context.Context, js jetstream.JetStream) bool {
 	s, err := js.Stream(ctx, "SEAMGUARD_EVENTS")
 	if err != nil {
@@ -322,6 +344,9 @@ func quiet(ctx context.Context, js jetstream.JetStream) bool {
 	lister := s.ListConsumers(ctx)
 	n, idle := 0, true
 	for ci := range lister.Info() {
+		if !strings.HasPrefix(ci.Name, "seamguard-") {
+			continue
+		}
 		n++
 		if ci.NumPending > 0 || ci.NumAckPending > 0 {
 			idle = false
@@ -393,22 +418,7 @@ func TestChaos(t *testing.T) {
 
 	// The reference: the same binary, the same events in the same order,
 	// nothing disturbed.
-	ref := func() map[string]string {
-		srv := startChaosServer(t)
-		_, js := connectChaos(t, srv.url())
-		p := &procRunner{t: t, bin: bin, url: srv.url()}
-		defer p.cleanup()
-		p.start()
-		_, err := publishPaced(context.Background(), js, freshMsgs(), 0)
-		require.NoError(t, err)
-		waitQuiet(t, js, 5*time.Minute)
-		require.NoError(t, p.stop())
-		bodies, counts := verdictBodies(t, js)
-		for id, n := range counts {
-			require.Equal(t, 1, n, "reference: verdict %s stored %d times", id, n)
-		}
-		return bodies
-	}()
+	ref := undisturbed(t, bin, freshMsgs(), 5*time.Minute)
 	rep.ReferenceVerdicts = len(ref)
 	t.Logf("reference run: %d events, %d verdicts (%s)", len(w.Items), len(ref), time.Since(began).Round(time.Millisecond))
 

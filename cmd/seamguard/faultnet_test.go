@@ -140,22 +140,9 @@ func TestFaultPartition(t *testing.T) {
 // undisturbed, and returns the verdicts (normalised bodies by id).
 func netReference(t *testing.T, bin string, w *workload.Workload) map[string]string {
 	t.Helper()
-	srv := startChaosServer(t)
-	_, js := connectChaos(t, srv.url())
-	p := &procRunner{t: t, bin: bin, url: srv.url()}
-	defer p.cleanup()
-	p.start()
 	msgs, err := w.Msgs(events.Subjects{Prefix: "seamguard", Partitions: processor.DefaultPartitions})
 	require.NoError(t, err)
-	_, err = publishPaced(context.Background(), js, msgs, 0)
-	require.NoError(t, err)
-	waitQuiet(t, js, 3*time.Minute)
-	require.NoError(t, p.stop())
-	bodies, counts := verdictBodies(t, js)
-	for id, n := range counts {
-		require.Equal(t, 1, n, "reference: verdict %s stored %d times", id, n)
-	}
-	return bodies
+	return undisturbed(t, bin, msgs, 3*time.Minute)
 }
 
 // faultRun is one subtest's cluster and serve instances.

@@ -519,7 +519,7 @@ func powerCutRun(t *testing.T, bin string, plan powerPlan, topo, setting string)
 		}
 		return
 	}
-	require.Eventually(t, func() bool { return processorQuiet(ctx, js) }, 2*time.Minute, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return quiet(ctx, js) }, 2*time.Minute, 50*time.Millisecond,
 		"the processor did not decide every input after the restart")
 	row.Recovery = time.Since(restarted)
 	phase("restarted, every input stored decided")
@@ -567,7 +567,7 @@ func powerCutRun(t *testing.T, bin string, plan powerPlan, topo, setting string)
 	// New requests after the restart: the rest of the fleet.
 	_, err = publishPaced(ctx, js, after, 0)
 	require.NoError(t, err)
-	if !assert.Eventually(t, func() bool { return processorQuiet(ctx, js) }, 30*time.Second, 50*time.Millisecond,
+	if !assert.Eventually(t, func() bool { return quiet(ctx, js) }, 30*time.Second, 50*time.Millisecond,
 		"the processor did not decide the inputs published after the restart") {
 		t.Fatalf("consumers: %s", consumerStates(ctx, js))
 	}
@@ -654,28 +654,6 @@ func compactKinds(kinds []string) string {
 		i = j
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
-}
-
-// processorQuiet reports whether seamguard's consumers of the events
-// stream (not the harness's own readers) have nothing pending and nothing
-// awaiting an ack.
-func processorQuiet(ctx context.Context, js jetstream.JetStream) bool {
-	s, err := js.Stream(ctx, "SEAMGUARD_EVENTS")
-	if err != nil {
-		return false
-	}
-	lister := s.ListConsumers(ctx)
-	n, idle := 0, true
-	for ci := range lister.Info() {
-		if !strings.HasPrefix(ci.Name, "seamguard-") {
-			continue
-		}
-		n++
-		if ci.NumPending > 0 || ci.NumAckPending > 0 {
-			idle = false
-		}
-	}
-	return lister.Err() == nil && n > 0 && idle
 }
 
 // consumerStates describes the events stream's consumers, for a failure.
