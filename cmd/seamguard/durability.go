@@ -119,6 +119,9 @@ func varzSys(ctx context.Context, nc *nats.Conn, wait time.Duration) []jsConfig 
 	for {
 		select {
 		case m := <-replies:
+			if m.Header.Get("Status") == "503" {
+				return out // no responders: this user may not ask
+			}
 			var r struct {
 				Data jsConfig `json:"data"`
 			}

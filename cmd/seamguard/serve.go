@@ -260,6 +260,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	p, err := processor.New(ctx, js, cfg, opts...)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop before it began: nothing to drain
+		}
 		return err
 	}
 	if rec != nil {
