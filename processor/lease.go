@@ -327,6 +327,15 @@ func (l *leases) release(ctx context.Context, p int) {
 	rev := s.rev
 	l.mu.Unlock()
 	err := l.kv.Delete(ctx, partKey(p), jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// A renewal landed whose answer never came (cut off by the end of
+		// the keeper's rounds): the key may still be this instance's, at
+		// a later revision. Delete that one, or the partition waits out
+		// its TTL.
+		if e, gerr := l.kv.Get(ctx, partKey(p)); gerr == nil && string(e.Value()) == l.id {
+			err = l.kv.Delete(ctx, partKey(p), jetstream.LastRevision(e.Revision()))
+		}
+	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		l.log.Warn("handing a partition over failed; retrying", "partition", p, "err", err)
 		return
