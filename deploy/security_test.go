@@ -118,16 +118,31 @@ type client struct {
 	errs chan error // asynchronous errors: permissions violations
 }
 
+// inboxes are the inbox prefixes of the shipped identities: seamguard
+// serve's and the CLI's defaults; agents keep NATS's _INBOX.
+var inboxes = map[string]string{"processor": "_INBOX_processor", "operator": "_INBOX_operator"}
+
+// connect connects as user, with the identity's own inbox prefix.
 func connect(t *testing.T, s *server.Server, user, password string) *client {
 	t.Helper()
+	return connectWith(t, s, user, password, inboxes[user])
+}
+
+// connectWith connects as user with the given inbox prefix ("": _INBOX).
+func connectWith(t *testing.T, s *server.Server, user, password, inbox string) *client {
+	t.Helper()
 	c := &client{user: user, errs: make(chan error, 256)}
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, password), nats.Name(user),
+	opts := []nats.Option{nats.UserInfo(user, password), nats.Name(user),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case c.errs <- err:
 			default:
 			}
-		}))
+		})}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	}
+	nc, err := nats.Connect(s.ClientURL(), opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
@@ -344,6 +359,14 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			_, err := agent.nc.SubscribeSync("seamguard.events.>")
 			return err
 		})
+		agent.denied(t, "publish a resume on the control subject", "seamguard.control.s1", true, func(ctx context.Context) error {
+			_, err := agent.js.Publish(ctx, "seamguard.control.s1", []byte(`{"resume":true}`))
+			return err
+		})
+		agent.denied(t, "subscribe to control subjects", "seamguard.control.>", false, func(ctx context.Context) error {
+			_, err := agent.nc.SubscribeSync("seamguard.control.>")
+			return err
+		})
 		agent.denied(t, "open the spill object store", "$JS.API.STREAM.INFO.OBJ_seamguard-spills", true, func(ctx context.Context) error {
 			_, err := agent.js.ObjectStore(ctx, "seamguard-spills")
 			return err
@@ -446,6 +469,9 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			_, err = oc.Next(jetstream.FetchMaxWait(5 * time.Second))
 			return err
 		})
+		proc.denied(t, "publish a resume", "seamguard.control.s1", false, func(ctx context.Context) error {
+			return proc.nc.Publish("seamguard.control.s1", []byte(`{"resume":true}`))
+		})
 		proc.denied(t, "publish an event", "seamguard.events.s1", false, func(ctx context.Context) error {
 			return proc.nc.Publish("seamguard.events.s1", []byte(`{"made":"up"}`))
 		})
@@ -546,8 +572,8 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 				t.Errorf("the operator's verdict subscription got %v, %v", m, err)
 			}
 		}
-		op.allowed(t, "publish session.resumed", func(ctx context.Context) error {
-			m := nats.NewMsg("seamguard.events.s1")
+		op.allowed(t, "publish session.resumed on the control subject", func(ctx context.Context) error {
+			m := nats.NewMsg("seamguard.control.s1")
 			m.Header.Set("Content-Type", "application/cloudevents+json")
 			m.Data = []byte(`{"specversion":"1.0","id":"resume-1","source":"urn:seamguard:operator:test","type":"io.seamguard.session.resumed","subject":"s1","data":{"note":"test"}}`)
 			ack, err := op.js.PublishMsg(ctx, m, jetstream.WithMsgID("resume-1"))
@@ -616,6 +642,44 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 		})
 		op.denied(t, "subscribe to everyone's events", "seamguard.events.>", false, func(ctx context.Context) error {
 			_, err := op.nc.SubscribeSync("seamguard.events.>")
+			return err
+		})
+		op.denied(t, "publish an event", "seamguard.events.s1", true, func(ctx context.Context) error {
+			_, err := op.js.Publish(ctx, "seamguard.events.s1", []byte(`{"event":1}`))
+			return err
+		})
+		op.denied(t, "subscribe to the processor's inbox", "_INBOX_processor.>", false, func(ctx context.Context) error {
+			_, err := op.nc.SubscribeSync("_INBOX_processor.>")
+			return err
+		})
+		op.denied(t, "subscribe to the agents' inbox", "_INBOX.>", false, func(ctx context.Context) error {
+			_, err := op.nc.SubscribeSync("_INBOX.>")
+			return err
+		})
+	})
+
+	t.Run("inboxes", func(t *testing.T) {
+		// Each identity reads its own replies only: with the default
+		// prefix, the processor and the operator cannot even make a
+		// request, and an agent cannot listen where they are answered.
+		for _, who := range []struct{ user, password string }{{"processor", processorPassword}, {"operator", operatorPassword}} {
+			c := connectWith(t, s, who.user, who.password, "")
+			c.denied(t, "read a stream's info with the agents' inbox", "_INBOX.", true, func(ctx context.Context) error {
+				_, err := c.js.Stream(ctx, "SEAMGUARD_VERDICTS")
+				return err
+			})
+		}
+		agent.denied(t, "subscribe to the processor's inbox", "_INBOX_processor.>", false, func(ctx context.Context) error {
+			_, err := agent.nc.SubscribeSync("_INBOX_processor.>")
+			return err
+		})
+		agent.denied(t, "subscribe to the operator's inbox", "_INBOX_operator.>", false, func(ctx context.Context) error {
+			_, err := agent.nc.SubscribeSync("_INBOX_operator.>")
+			return err
+		})
+		sneak := connectWith(t, s, "agent", agentPassword, "_INBOX_processor")
+		sneak.denied(t, "read replies with the processor's inbox prefix", "_INBOX_processor.", true, func(ctx context.Context) error {
+			_, err := sneak.js.Publish(ctx, "seamguard.events.s1", []byte(`{"event":2}`))
 			return err
 		})
 	})

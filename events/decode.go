@@ -45,7 +45,7 @@ var inputTypes = map[string]bool{
 // the same result for every input.
 func DecodeMsg(subject string, header map[string][]string, body []byte, subjects Subjects) (*Event, error) {
 	if ev := decodeMsgFast(subject, header, body, subjects, false); ev != nil {
-		ev.Meta = Meta{Subject: subject, Headers: copyHeaderPacked(header)}
+		ev.Meta = Meta{Subject: subject, Headers: copyHeaderPacked(header), Control: subjects.IsControl(subject)}
 		return ev, nil
 	}
 	return decodeMsgSlow(subject, header, body, subjects)
@@ -62,7 +62,7 @@ func DecodeMsgOwned(subject string, header map[string][]string, body []byte, sub
 		if len(header) == 0 {
 			header = nil
 		}
-		ev.Meta = Meta{Subject: subject, Headers: header}
+		ev.Meta = Meta{Subject: subject, Headers: header, Control: subjects.IsControl(subject)}
 		return ev, nil
 	}
 	return decodeMsgSlow(subject, header, body, subjects)
@@ -104,9 +104,13 @@ func decodeMsg(subject string, header map[string][]string, body []byte, subjects
 			return err
 		}
 		if tok != session {
+			on, want := subjects.Events(tok), subjects.Events(session)
+			if subjects.IsControl(subject) {
+				on, want = subjects.Control(tok), subjects.Control(session)
+			}
 			return Errorf(CodeSubjectMismatch, "subject",
 				"the event's subject is %q but it was published on %q, the subject of session %q; publish each event on %s",
-				session, subjects.Events(tok), tok, subjects.Events(session))
+				session, on, tok, want)
 		}
 		return nil
 	}
@@ -114,7 +118,7 @@ func decodeMsg(subject string, header map[string][]string, body []byte, subjects
 	if err != nil {
 		return nil, err
 	}
-	ev.Meta = Meta{Subject: subject, Headers: copyHeader(header)}
+	ev.Meta = Meta{Subject: subject, Headers: copyHeader(header), Control: subjects.IsControl(subject)}
 	return ev, nil
 }
 

@@ -260,6 +260,9 @@ func (s Subjects) fastSessionOf(natsSubject string) (string, bool) {
 		return tok, ValidSessionID(tok)
 	}
 	tok, ok := strings.CutPrefix(rest, ".events.")
+	if !ok {
+		tok, ok = strings.CutPrefix(rest, ".control.")
+	}
 	return tok, ok && ValidSessionID(tok)
 }
 

@@ -25,6 +25,10 @@ const (
 	// CodeStateLimit: applying the event would take the session's ledger
 	// past one of its configured limits; the session is halted at once.
 	CodeStateLimit Code = "state_limit"
+	// CodeNotPermitted: the event came on a subject that does not give it
+	// the authority it needs: a session.resumed on the events subject, or
+	// anything but a session.resumed on the control subject.
+	CodeNotPermitted Code = "not_permitted"
 )
 
 // Bounds on input and output (CONTRACT.md section 7).

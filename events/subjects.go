@@ -62,6 +62,44 @@ func (s Subjects) EventsWildcard() string {
 	return s.prefix() + ".events.*"
 }
 
+// Control is the control subject of session: "<prefix>.control.<session>".
+// A session.resumed counts only when it arrives there (CONTRACT.md section
+// 7, Authority); deployments grant it to operators alone. The events stream
+// stores control subjects as they are published, beside the session's
+// events, so the processor reads both in stream order.
+func (s Subjects) Control(session string) string {
+	return s.prefix() + ".control." + session
+}
+
+// ControlWildcard matches the control subjects of every session.
+func (s Subjects) ControlWildcard() string {
+	return s.prefix() + ".control.*"
+}
+
+// IsControl reports whether natsSubject is a control subject: one that
+// starts "<prefix>.control.".
+func (s Subjects) IsControl(natsSubject string) bool {
+	return strings.HasPrefix(natsSubject, s.prefix()+".control.")
+}
+
+// ControlToken returns what follows "<prefix>.control." in natsSubject, and
+// whether natsSubject is a control subject at all.
+func (s Subjects) ControlToken(natsSubject string) (string, bool) {
+	return strings.CutPrefix(natsSubject, s.prefix()+".control.")
+}
+
+// SessionFilters are the subjects the events stream stores session's inputs
+// under: Stored(session) and Control(session).
+func (s Subjects) SessionFilters(session string) []string {
+	return []string{s.Stored(session), s.Control(session)}
+}
+
+// StreamSubjects are the subjects of the events stream: every events and
+// every control subject.
+func (s Subjects) StreamSubjects() []string {
+	return []string{s.prefix() + ".events.>", s.prefix() + ".control.>"}
+}
+
 // Verdict is the subject of an output of the given kind about session:
 // "<prefix>.verdicts.<session>.<kind>". An empty or invalid session is
 // replaced by InvalidSession, so the result is always a well-formed subject.
@@ -153,7 +191,8 @@ func (s Subjects) TransformDestination() string {
 }
 
 // SessionOf returns the session token of an input subject:
-// "<prefix>.events.<session>", or the stored "<prefix>.partitioned.<p>.<session>".
+// "<prefix>.events.<session>", the stored "<prefix>.partitioned.<p>.<session>",
+// or the control subject "<prefix>.control.<session>".
 // Any other subject, one with more tokens, or a token that is not a valid
 // session id, yields an *Error with code bad_session_id and field "subject".
 func (s Subjects) SessionOf(natsSubject string) (string, error) {
@@ -172,6 +211,11 @@ func (s Subjects) sessionOf(natsSubject string) (string, *Error) {
 	}
 	p := s.prefix() + ".events."
 	tok, ok := strings.CutPrefix(natsSubject, p)
+	if !ok {
+		if tok, ok = s.ControlToken(natsSubject); ok {
+			p = s.prefix() + ".control."
+		}
+	}
 	if !ok {
 		return "", Errorf(CodeBadSessionID, "subject",
 			"the event arrived on NATS subject %q, which is not an events subject; publish each event on %s<session id>", Excerpt(natsSubject), p)

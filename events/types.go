@@ -189,6 +189,11 @@ type Meta struct {
 	// HeadersOmitted counts the header values an event.rejected left out
 	// of Headers to stay small (see EchoHeaders); 0 everywhere else.
 	HeadersOmitted int `json:"headers_omitted,omitempty"`
+	// Control is true for an input that arrived on its session's control
+	// subject (Subjects.Control), which deployments grant to operators
+	// alone, or that an operator's own input file holds. Only there does a
+	// session.resumed count.
+	Control bool `json:"-"`
 }
 
 // Cause identifies the input an output answers. Output ids are derived from it.

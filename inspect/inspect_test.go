@@ -57,7 +57,8 @@ func golden(t *testing.T, path, got string) {
 }
 
 // story is a shipped story decided offline with the Deriver: each line is a
-// structured CloudEvent published on its session's subject, its sequence
+// structured CloudEvent published on its session's subject (a resume on its
+// control subject), its sequence
 // its line number, and spill outcomes are those of the story's golden
 // check output.
 type story struct {
@@ -85,9 +86,12 @@ func deriveStory(t *testing.T, name string) *story {
 		return r, nil
 	}}}
 	for i, l := range readLines(t, filepath.Join(storiesDir, name+".jsonl")) {
-		var env struct{ Subject string }
+		var env struct{ Subject, Type string }
 		_ = jsonUnmarshal(l, &env)
 		sub := "seamguard.events." + env.Subject
+		if env.Type == events.TypeSessionResumed {
+			sub = "seamguard.control." + env.Subject // as an operator publishes it
+		}
 		if !events.ValidSessionID(env.Subject) {
 			sub = "seamguard.events.unnamed"
 		}

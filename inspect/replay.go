@@ -168,7 +168,7 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 	inputSeq := map[string]uint64{} // input event id -> its latest sequence, to place extra verdicts
 	var efilters []string
 	if o.Session != "" {
-		efilters = []string{s.eventsFilter(o.Session)}
+		efilters = s.eventsFilters(o.Session)
 	}
 	rep.FromSeq = max(o.SinceSeq, 1)
 	if !o.SinceTime.IsZero() {

@@ -36,10 +36,10 @@ func (s Source) prefix() string {
 	return events.DefaultPrefix
 }
 
-// eventsFilter matches the stored subjects of one session's events,
-// whatever the number of partitions.
-func (s Source) eventsFilter(session string) string {
-	return s.prefix() + ".partitioned.*." + session
+// eventsFilters match the stored subjects of one session's inputs, whatever
+// the number of partitions: its events, and its control subject.
+func (s Source) eventsFilters(session string) []string {
+	return []string{s.prefix() + ".partitioned.*." + session, s.prefix() + ".control." + session}
 }
 
 func (s Source) verdictsFilter(session string) string {
@@ -183,7 +183,7 @@ func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, 
 	var n int
 	var last uint64
 	carried := map[string][]Range{}
-	err = s.readStream(ctx, names.Events, []string{s.eventsFilter(session)}, nil, func(m message) error {
+	err = s.readStream(ctx, names.Events, s.eventsFilters(session), nil, func(m message) error {
 		n++
 		last = m.meta.Sequence.Stream
 		a, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), last)
@@ -210,7 +210,7 @@ func (s Source) carriedPins(ctx context.Context, session string) (map[string][]R
 	names := s.Config.Names()
 	subjects := s.Config.Subjects()
 	out := map[string][]Range{}
-	err := s.readStream(ctx, names.Events, []string{s.eventsFilter(session)}, nil, func(m message) error {
+	err := s.readStream(ctx, names.Events, s.eventsFilters(session), nil, func(m message) error {
 		ev, err := events.DecodeMsg(m.m.Subject(), m.m.Headers(), m.m.Data(), subjects)
 		if err != nil {
 			return nil // rejected inputs carry nothing

@@ -99,7 +99,7 @@ func (s Source) VerifySpill(ctx context.Context, name string, cfg ledger.Config)
 	d := &Deriver{Subjects: s.Config.Subjects(), Config: cfg, Spill: s.SpillAnswers(outcomes, nil)}
 	var accepted []key
 	var seqs []uint64
-	err = s.readStream(ctx, names.Events, []string{s.eventsFilter(session)}, nil, func(m message) error {
+	err = s.readStream(ctx, names.Events, s.eventsFilters(session), nil, func(m message) error {
 		seq := m.meta.Sequence.Stream
 		if seq > last {
 			return errStop

@@ -296,9 +296,14 @@ func (c Config) ConsumerName(p int) string {
 func (c Config) ConsumerConfig(p int) jetstream.ConsumerConfig {
 	c = c.withDefaults()
 	subj := c.Subjects()
-	filter := subj.PartitionFilter(p)
+	// A partition reads its sessions' stored events and every control
+	// subject of one token (few: operators' resumes), in stream order, and
+	// leaves those of other partitions' sessions to them (see foreign).
+	filters := []string{subj.PartitionFilter(p), subj.ControlWildcard()}
 	if p < 0 {
-		filter = subj.Prefix + ".events.>" // what the transform leaves: no session
+		// What names no session: what the transform leaves, and control
+		// subjects of more than one token.
+		filters = []string{subj.Prefix + ".events.>", subj.Prefix + ".control.*.>"}
 	}
 	// A partition's inputs are acknowledged a batch at a time (see
 	// ackWindow); the rare inputs that name no session one by one.
@@ -307,14 +312,14 @@ func (c Config) ConsumerConfig(p int) jetstream.ConsumerConfig {
 		ackPolicy = jetstream.AckExplicitPolicy
 	}
 	return jetstream.ConsumerConfig{
-		Durable:       c.ConsumerName(p),
-		Description:   "seamguard processor",
-		FilterSubject: filter,
-		AckPolicy:     ackPolicy,
-		AckWait:       c.AckWait,
-		MaxAckPending: c.MaxAckPending,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable:        c.ConsumerName(p),
+		Description:    "seamguard processor",
+		FilterSubjects: filters,
+		AckPolicy:      ackPolicy,
+		AckWait:        c.AckWait,
+		MaxAckPending:  c.MaxAckPending,
+		MaxDeliver:     -1,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	}
 }
 

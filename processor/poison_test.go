@@ -53,6 +53,22 @@ func poisons() []poison {
 		{"multi-token subject", func(s events.Subjects) *nats.Msg {
 			return ce(s.Events("a.b"), binaryHeaders("p5", "a", "1.0"), `{"note":"x"}`)
 		}, events.CodeBadSessionID, ""},
+		// Authority: an agent's resume on the events subject, and a turn on
+		// the control subject, are both not permitted.
+		{"resume on the events subject", func(s events.Subjects) *nats.Msg {
+			return ce(s.Events("ops-agent-42"), binaryHeaders("p6", "ops-agent-42", "1.0"), `{"note":"an agent waives its own gap"}`)
+		}, events.CodeNotPermitted, "ops-agent-42"},
+		{"turn on the control subject", func(s events.Subjects) *nats.Msg {
+			h := binaryHeaders("p7", "ops-agent-42", "1.0")
+			h["ce-type"] = events.TypeTurnAppended
+			return ce(s.Control("ops-agent-42"), h, `{"offset":1000,"size":1}`)
+		}, events.CodeNotPermitted, "ops-agent-42"},
+		{"control subject of no session", func(s events.Subjects) *nats.Msg {
+			return ce(s.Control("sess$2"), binaryHeaders("p8", "sess$2", "1.0"), `{"note":"x"}`)
+		}, events.CodeBadSessionID, ""},
+		{"multi-token control subject", func(s events.Subjects) *nats.Msg {
+			return ce(s.Control("a.b"), binaryHeaders("p9", "a", "1.0"), `{"note":"x"}`)
+		}, events.CodeBadSessionID, ""},
 	}
 }
 
@@ -72,7 +88,7 @@ func TestPoisonMessages(t *testing.T) {
 		where := map[int]poison{}
 		ps := poisons()
 		for i, l := range lines {
-			if withPoison && i%9 == 4 && len(ps) > 0 {
+			if withPoison && i%6 == 4 && len(ps) > 0 {
 				where[len(msgs)] = ps[0]
 				msgs = append(msgs, ps[0].msg(subj))
 				ps = ps[1:]

@@ -65,7 +65,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	res.Events, err = ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        n.Events,
 		Description: "seamguard: session events published by agents",
-		Subjects:    []string{subj.Prefix + ".events.>"},
+		Subjects:    subj.StreamSubjects(),
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      subj.EventsWildcard(),
 			Destination: subj.TransformDestination(),
@@ -222,7 +222,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	have := s.CachedInfo().Config
 	var bad []string
-	if !slices.Equal(have.Subjects, want.Subjects) {
+	// Subjects may be added in place (an events stream made before control
+	// subjects existed gains them), never taken away.
+	grow := !slices.Equal(have.Subjects, want.Subjects) && subset(have.Subjects, want.Subjects)
+	if !slices.Equal(have.Subjects, want.Subjects) && !grow {
 		bad = append(bad, fmt.Sprintf("subjects are %v, the configuration asks for %v", have.Subjects, want.Subjects))
 	}
 	if !sameTransform(have.SubjectTransform, want.SubjectTransform) {
@@ -240,16 +243,26 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("%w: stream %s: %v; change the configuration (prefix, storage) or migrate the stream by hand", ErrIncompatible, want.Name, bad)
 	}
-	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas {
+	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas && !grow {
 		return s, nil
 	}
 	upd := have
-	upd.MaxAge, upd.Duplicates, upd.Replicas = want.MaxAge, want.Duplicates, want.Replicas
+	upd.MaxAge, upd.Duplicates, upd.Replicas, upd.Subjects = want.MaxAge, want.Duplicates, want.Replicas, want.Subjects
 	s, err = js.UpdateStream(ctx, upd)
 	if err != nil {
-		return nil, fmt.Errorf("processor: update stream %s (max age %s, duplicates %s, replicas %d): %w", want.Name, want.MaxAge, want.Duplicates, want.Replicas, err)
+		return nil, fmt.Errorf("processor: update stream %s (subjects %v, max age %s, duplicates %s, replicas %d): %w", want.Name, want.Subjects, want.MaxAge, want.Duplicates, want.Replicas, err)
 	}
 	return s, nil
+}
+
+// subset reports whether every subject of a is in b.
+func subset(a, b []string) bool {
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {

@@ -27,7 +27,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 		assert.Equal(t, uint64(0), info.State.Msgs, name)
 	}
 	ev := e.streamInfo(t, n.Events)
-	assert.Equal(t, []string{"seamguard.events.>"}, ev.Config.Subjects)
+	assert.Equal(t, []string{"seamguard.events.>", "seamguard.control.>"}, ev.Config.Subjects)
 	assert.Equal(t, processor.DefaultEventsMaxAge, ev.Config.MaxAge)
 	assert.Equal(t, processor.DefaultEventsDuplicates, ev.Config.Duplicates)
 	assert.Equal(t, first.Events.CachedInfo().Created, second.Events.CachedInfo().Created, "the same stream, not a new one")
@@ -45,6 +45,32 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	_, err = processor.Provision(e.ctx, e.JS, cfg)
 	require.NoError(t, err)
 	assert.NotZero(t, e.streamInfo(t, n.Events).State.Msgs)
+}
+
+// TestProvisionAddsControlSubjects: an events stream made before control
+// subjects existed (its subjects the events ones alone) gains them in place,
+// its events kept.
+func TestProvisionAddsControlSubjects(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.Partitions = 4
+	subj := cfg.Subjects()
+	old, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
+		Name: cfg.Names().Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+		MaxAge:           processor.DefaultEventsMaxAge, Duplicates: processor.DefaultEventsDuplicates,
+	})
+	require.NoError(t, err)
+	_, err = e.JS.Publish(e.ctx, subj.Events("before"), []byte("{}"))
+	require.NoError(t, err)
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	info := e.streamInfo(t, cfg.Names().Events)
+	assert.Equal(t, []string{"seamguard.events.>", "seamguard.control.>"}, info.Config.Subjects)
+	assert.Equal(t, old.CachedInfo().Created, info.Created, "the same stream")
+	assert.Equal(t, uint64(1), info.State.Msgs, "its event kept")
+	_, err = e.JS.Publish(e.ctx, subj.Control("before"), []byte("{}"))
+	require.NoError(t, err, "the stream takes control subjects")
 }
 
 func TestProvisionRefusesIncompatibleStreams(t *testing.T) {

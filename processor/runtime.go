@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -413,9 +414,9 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 		lastDelivery = last
 		if h > 0 {
 			horizon = max(horizon, h)
-			for _, m := range p.adopt(hard, cons, win, floor, h) {
+			for _, m := range p.adopt(hard, cons, part, win, floor, h) {
 				m.part, m.epoch = part, epoch
-				send(m.markSubject, m)
+				send(p.route(m.markSubject), m)
 			}
 		}
 		return nil
@@ -440,23 +441,34 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 						"consumer", name, "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
 				}
 				horizon = max(horizon, h)
-				marks = p.adopt(hard, cons, win, floor, h)
+				marks = p.adopt(hard, cons, part, win, floor, h)
 			}
 			lastDelivery = meta.Sequence.Consumer
 		}
 		d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now(), part: part, epoch: epoch}
-		if merr == nil {
+		switch {
+		case merr == nil && p.foreign(msg.Subject(), part):
+			// Another partition's session's resume: its own consumer
+			// decides it; here it is only finished, in its place.
+			win.add(meta.Sequence.Stream, msg)
+			win.finish(meta.Sequence.Stream, msg, "")
+			for _, a := range win.release() {
+				p.sendAck(a)
+			}
+		case merr == nil:
 			d.win = win
 			win.add(meta.Sequence.Stream, msg)
+			send(p.route(msg.Subject()), d)
+		default:
+			send(p.route(msg.Subject()), d)
 		}
-		send(msg.Subject(), d)
 		for i := range marks {
 			marks[i].part, marks[i].epoch = part, epoch
 		}
 		// The markers follow the message that showed the break, so that it
 		// is decided on its own delivery, not caught up ahead of it.
 		for _, m := range marks {
-			send(m.markSubject, m)
+			send(p.route(m.markSubject), m)
 		}
 	}
 
@@ -679,7 +691,7 @@ func (p *Processor) consumerTrouble(cons jetstream.Consumer, attempt int, err er
 // stream past them and then finishes them (see handle). An input whose
 // subject names no valid session waits for its redelivery. A window of
 // explicit acks needs none of this.
-func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ackWindow, floor, upto uint64) []delivery {
+func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, part int, win *ackWindow, floor, upto uint64) []delivery {
 	if win.explicit {
 		return nil
 	}
@@ -687,11 +699,12 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 	if upto <= floor {
 		return nil
 	}
-	filter := cons.CachedInfo().Config.FilterSubject
+	cc := cons.CachedInfo().Config
+	r := p.reader(append([]string{cc.FilterSubject}, cc.FilterSubjects...))
 	bySubject := map[string][]uint64{}
 	var order []string
 	for seq := floor + 1; seq <= upto; {
-		raw, err := p.nextMsg(ctx, nil, seq, filter)
+		raw, err := r.next(ctx, nil, seq)
 		if err != nil {
 			if ctx.Err() == nil {
 				// The window holds what was listed so far: its acks wait
@@ -702,6 +715,12 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, win *ack
 		}
 		if raw == nil || raw.Sequence > upto {
 			break
+		}
+		if p.foreign(raw.Subject, part) {
+			win.hold(raw.Sequence) // another partition's: finished here
+			win.finish(raw.Sequence, nil, "")
+			seq = raw.Sequence + 1
+			continue
 		}
 		if _, ok := bySubject[raw.Subject]; !ok {
 			order = append(order, raw.Subject)
@@ -1237,9 +1256,9 @@ func (p *Processor) sendAck(a ackAction) {
 // so that its stored state is read again.
 func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
 	p := s.p
-	subject := p.subj.Stored(sess.id) // the subject the stream holds it under
+	r := p.reader(p.subj.SessionFilters(sess.id)) // the subjects the stream holds its inputs under
 	for sess.seq < limit {
-		raw, err := p.nextMsg(ctx, b, sess.seq+1, subject)
+		raw, err := r.next(ctx, b, sess.seq+1)
 		if err != nil {
 			s.drop(sess.id)
 			return err
@@ -1266,6 +1285,75 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 		sess.seq = raw.Sequence
 	}
 	return nil
+}
+
+// route is the subject that picks the shard of an input on subject: its
+// session's stored events subject for a control subject, so that a
+// session's inputs all meet in one shard, in stream order.
+func (p *Processor) route(subject string) string {
+	if tok, ok := p.subj.ControlToken(subject); ok && !strings.Contains(tok, ".") {
+		return p.subj.Stored(tok)
+	}
+	return subject
+}
+
+// foreign reports whether subject is the control subject of a session of a
+// partition other than part: every partition's consumer reads every control
+// subject, and only the session's own partition decides it. (The
+// consumer of part < 0 takes only control subjects of more than one token,
+// which name no session.)
+func (p *Processor) foreign(subject string, part int) bool {
+	if part < 0 {
+		return false
+	}
+	tok, ok := p.subj.ControlToken(subject)
+	return ok && !strings.Contains(tok, ".") && p.subj.Partition(tok) != part
+}
+
+// streamReader reads the events stream's messages matching any of its
+// filters in stream order, one direct lookup per filter and message: what
+// a filter found beyond the sequence asked for is kept, and a filter that
+// found nothing is not asked again (its readers look no further than what
+// the stream held when they began).
+type streamReader struct {
+	p       *Processor
+	filters []string
+	ahead   []*jetstream.RawStreamMsg
+	done    []bool
+}
+
+func (p *Processor) reader(filters []string) *streamReader {
+	filters = slices.DeleteFunc(slices.Clone(filters), func(f string) bool { return f == "" })
+	return &streamReader{p: p, filters: filters, ahead: make([]*jetstream.RawStreamMsg, len(filters)), done: make([]bool, len(filters))}
+}
+
+// next returns the first message at or after seq that matches a filter, or
+// nil when there is none.
+func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstream.RawStreamMsg, error) {
+	best := -1
+	for i, f := range r.filters {
+		if r.done[i] {
+			continue
+		}
+		if r.ahead[i] == nil || r.ahead[i].Sequence < seq {
+			m, err := r.p.nextMsg(ctx, b, seq, f)
+			if err != nil {
+				return nil, err
+			}
+			if m == nil {
+				r.done[i] = true
+				continue
+			}
+			r.ahead[i] = m
+		}
+		if best < 0 || r.ahead[i].Sequence < r.ahead[best].Sequence {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, nil
+	}
+	return r.ahead[best], nil
 }
 
 // nextMsg reads the first message of the events stream at or after seq

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -431,7 +432,7 @@ func (s *Store) checkSeq(ctx context.Context, str jetstream.Stream, session stri
 			ErrIncomplete, session, what, seq, s.Stream)
 	case err != nil:
 		return fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
-	case m.Subject != s.Subjects.Stored(session):
+	case !slices.Contains(s.Subjects.SessionFilters(session), m.Subject):
 		return fmt.Errorf("%w: stream %s holds %s at sequence %d, not session %s's %s",
 			ErrIncomplete, s.Stream, m.Subject, seq, session, what)
 	}
@@ -452,7 +453,7 @@ func (s *Store) behind(ctx context.Context, str jetstream.Stream, seq uint64) bo
 // ledger and writes to w the accepted ones from req.FirstSeq on.
 func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay, w *Writer) error {
 	cc := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{s.Subjects.Stored(req.Session)},
+		FilterSubjects:    s.Subjects.SessionFilters(req.Session),
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       rp.from,
 		InactiveThreshold: time.Minute,

@@ -52,7 +52,19 @@ type connFlags struct {
 	tlsCert  string
 	tlsKey   string
 	timeout  time.Duration
+	// inbox is the prefix of this connection's reply subjects (JetStream
+	// acks, API answers, fetched messages): each identity of the shipped
+	// config may subscribe only to its own (see deploy/nats/accounts.conf).
+	inbox string
 }
+
+// Inbox prefixes of the shipped identities (deploy/nats/accounts.conf):
+// replies to the processor and to the operator's CLI go where no agent may
+// subscribe. Agents keep NATS's default, _INBOX.
+const (
+	processorInbox = "_INBOX_processor"
+	operatorInbox  = "_INBOX_operator"
+)
 
 func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&c.url, "nats-url", c.url, urlHelp)
@@ -64,12 +76,16 @@ func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file for TLS")
 	fs.StringVar(&c.tlsKey, "tlskey", "", "client private key file for TLS")
 	fs.DurationVar(&c.timeout, "connect-timeout", 5*time.Second, "how long to try to reach the NATS server")
+	fs.StringVar(&c.inbox, "inbox-prefix", c.inbox, "prefix of this connection's reply subjects; the identity must be allowed to subscribe to <prefix>.>")
 }
 
 func (c *connFlags) validate() error {
 	var errs []error
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		errs = append(errs, fmt.Errorf("%w: --tlscert and --tlskey go together; give both or neither", errUsage))
+	}
+	if err := (events.Subjects{Prefix: c.inbox}).Validate(); c.inbox != "" && err != nil {
+		errs = append(errs, fmt.Errorf("%w: --inbox-prefix %q: use dot-separated tokens without wildcards or spaces", errUsage, c.inbox))
 	}
 	if c.password != "" && c.user == "" {
 		errs = append(errs, fmt.Errorf("%w: --password needs --user", errUsage))
@@ -100,6 +116,9 @@ func (c *connFlags) connect(name, url string, extra ...nats.Option) (*nats.Conn,
 		url = c.url
 	}
 	opts := []nats.Option{nats.Name(name), nats.Timeout(c.timeout), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if c.inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.inbox))
+	}
 	opts = append(opts, extra...)
 	switch {
 	case c.creds != "":

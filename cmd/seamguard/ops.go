@@ -33,6 +33,7 @@ type clientFlags struct {
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	c.conn.url = defaultURL
+	c.conn.inbox = operatorInbox
 	c.conn.register(fs, "NATS server or cluster where seamguard runs")
 	fs.StringVar(&c.prefix, "prefix", "seamguard", "the deployment's subject prefix")
 }
@@ -319,7 +320,9 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(cfg.Subjects().Events(session))
+	// The control subject: only there does a resume count (deployments
+	// grant it to operators alone).
+	m := nats.NewMsg(cfg.Subjects().Control(session))
 	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	m.Data = body
 	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {

@@ -149,6 +149,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var conn connFlags
+	conn.inbox = processorInbox
 	conn.register(fs, "NATS server or cluster to use, e.g. nats://a:4222,nats://b:4222 (default: start an embedded server)")
 	var pf procFlags
 	pf.register(fs)

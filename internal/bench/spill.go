@@ -197,7 +197,7 @@ func runSpill(ctx context.Context, s *server, scratch string, sizes []int64, rou
 func rawPipe(ctx context.Context, js jetstream.JetStream, obs rawStore, cfg processor.Config, req ledger.SpillRequest) (time.Duration, error) {
 	start := time.Now()
 	cons, err := js.OrderedConsumer(ctx, cfg.Names().Events, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{cfg.Subjects().Stored(req.Session)},
+		FilterSubjects: cfg.Subjects().SessionFilters(req.Session),
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    req.FirstSeq,
 	})

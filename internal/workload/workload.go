@@ -21,6 +21,9 @@ type Item struct {
 	Raw        *nats.Msg // not nil: published as it is
 	MsgID      string    // not empty: the Nats-Msg-Id instead of the event id
 	Session    string
+	// Control: published on the session's control subject, as an operator
+	// publishes session.resumed, rather than its events subject.
+	Control bool
 }
 
 // Script builds one session's events in order.
@@ -64,7 +67,7 @@ func (s *Script) EventWithID(id, typ string, data any) {
 		panic(err) // only maps, strings and numbers: cannot fail
 	}
 	s.flip++
-	s.Items = append(s.Items, Item{Line: line, Structured: s.flip%3 == 0, Session: s.ID})
+	s.Items = append(s.Items, Item{Line: line, Structured: s.flip%3 == 0, Session: s.ID, Control: typ == events.TypeSessionResumed})
 }
 
 // Open appends session.opened.
@@ -343,6 +346,9 @@ func (it Item) Msg(subj events.Subjects) (*nats.Msg, error) {
 	}
 	if it.MsgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+	}
+	if it.Control {
+		m.Subject = subj.Control(it.Session)
 	}
 	return m, nil
 }

@@ -173,7 +173,7 @@ func FuzzSnapshot(f *testing.F) {
 			&events.ContextUnpinned{Range: Range{Start: 0, End: h}},
 		} {
 			seq++
-			step(Input{Event: &events.Event{ID: fmt.Sprintf("fz-%d", i), Source: "fz", Subject: session, Body: body, Meta: events.Meta{Seq: seq}}})
+			step(Input{Event: &events.Event{ID: fmt.Sprintf("fz-%d", i), Source: "fz", Subject: session, Body: body, Meta: events.Meta{Seq: seq, Control: onControl(body)}}})
 			if l.Pending() {
 				step(Input{Spill: &SpillResult{Failure: "fz"}})
 			}

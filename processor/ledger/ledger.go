@@ -273,6 +273,9 @@ func (l *Ledger) step(ev *events.Event, cfg Config, lim Limits) Result {
 	if l.seen(h) {
 		return Result{Duplicate: true}
 	}
+	if e := authority(ev); e != nil {
+		return reject(ev, e)
+	}
 	limit := lim.MaxSnapshotBytes - haltReserve
 	growth := l.growth(ev)
 	// A request that will be decided is evaluated first: what it may add
@@ -375,6 +378,22 @@ func idHash(source, id string) uint64 {
 func reqHash(requestID string) uint64 { return idHash("\x00request", requestID) }
 
 func accepted(outs ...events.Output) Result { return Result{Outputs: outs, Accepted: true} }
+
+// authority checks that ev came where its type may come from (CONTRACT.md
+// section 7, Authority): a session.resumed only on the control subject,
+// which deployments grant to operators alone, and nothing else there.
+func authority(ev *events.Event) *events.Error {
+	_, resumed := ev.Body.(*events.SessionResumed)
+	switch {
+	case resumed && !ev.Meta.Control:
+		return events.Errorf(events.CodeNotPermitted, "type",
+			"a session.resumed lifts a halt only when an operator publishes it on the session's control subject (seamguard resume does); on the events subject it is not permitted")
+	case !resumed && ev.Meta.Control:
+		return events.Errorf(events.CodeNotPermitted, "type",
+			"the control subject carries session.resumed only; publish %s on the session's events subject", events.Excerpt(ev.Type))
+	}
+	return nil
+}
 
 func reject(ev *events.Event, e *events.Error) Result {
 	return Result{Outputs: []events.Output{Rejection(events.CauseOf(ev), ev.Subject, e)}}

@@ -33,7 +33,7 @@ func (s *session) send(body any, typ string) Result {
 
 func (s *session) sendID(id string, body any, typ string) Result {
 	s.t.Helper()
-	ev := &events.Event{ID: id, Source: "urn:test", Type: typ, Subject: s.id, Body: body, Meta: events.Meta{Subject: "seamguard.events." + s.id, Seq: s.seq}}
+	ev := &events.Event{ID: id, Source: "urn:test", Type: typ, Subject: s.id, Body: body, Meta: events.Meta{Subject: "seamguard.events." + s.id, Seq: s.seq, Control: onControl(body)}}
 	res, err := Step(&s.l, Input{Event: ev}, s.cfg)
 	require.NoError(s.t, err)
 	return res
@@ -536,4 +536,12 @@ func TestIdleLedgerSize(t *testing.T) {
 	b, err := s.l.MarshalBinary()
 	require.NoError(t, err)
 	assert.Less(t, len(b), 160, "snapshot of an idle session")
+}
+
+// onControl reports whether a test input of this body comes on the control
+// subject: a session.resumed does, as an operator publishes it; everything
+// else comes on the events subject.
+func onControl(body any) bool {
+	_, ok := body.(*events.SessionResumed)
+	return ok
 }

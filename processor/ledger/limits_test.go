@@ -643,7 +643,7 @@ func TestWorstCaseOutputs(t *testing.T) {
 		seq++
 		id := fmt.Sprintf("%s%08d", ugly[:events.MaxIDBytes-8], seq)
 		ev := &events.Event{ID: id, Source: ugly, Subject: session, Body: body, Meta: events.Meta{
-			Subject: "seamguard.events." + session, Seq: seq, Headers: map[string][]string{"Ce-Id": {id}},
+			Subject: "seamguard.events." + session, Seq: seq, Headers: map[string][]string{"Ce-Id": {id}}, Control: onControl(body),
 		}}
 		res, err := Step(l, Input{Event: ev}, cfg)
 		require.NoError(t, err)

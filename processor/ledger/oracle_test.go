@@ -489,6 +489,11 @@ func (o *orcLedger) event(ev *events.Event, cfg Config, hint orcHint) orcObs {
 			return orcObs{Duplicate: true}
 		}
 	}
+	// Authority: a resume counts on the control subject only, and the
+	// control subject carries nothing else.
+	if _, resumed := ev.Body.(*events.SessionResumed); resumed != ev.Meta.Control {
+		return orcReject(ev, events.CodeNotPermitted)
+	}
 	lim := orcLimitsOf(cfg)
 	if hint.over {
 		return o.limitHit(ev, "ledger.snapshot", o.concerned(ev), lim, hint)

@@ -175,7 +175,12 @@ func (g *orcGen) emit(typ string, body any) {
 	g.seq++
 	ev := &events.Event{
 		ID: fmt.Sprintf("e%d", g.ids), Source: "agent", Type: typ, Subject: g.session, Body: body,
-		Meta: events.Meta{Subject: "seamguard.events." + g.session, Seq: g.seq},
+		Meta: events.Meta{Subject: "seamguard.events." + g.session, Seq: g.seq, Control: onControl(body)},
+	}
+	if g.c.intn(30) == 0 {
+		// On the wrong subject: a resume an agent publishes on the events
+		// subject, or another input an operator sends on the control one.
+		ev.Meta.Control = !ev.Meta.Control
 	}
 	if g.ids > 1 && g.c.intn(40) == 0 {
 		// An id already used, from another source: not a duplicate.
@@ -1049,7 +1054,7 @@ func TestOracleClosedWhileHaltedSnapshot(t *testing.T) {
 	seq := uint64(0)
 	send := func(typ string, body any) Result {
 		seq++
-		ev := &events.Event{ID: fmt.Sprintf("e%d", seq), Source: "agent", Type: typ, Subject: "s1", Body: body, Meta: events.Meta{Seq: seq}}
+		ev := &events.Event{ID: fmt.Sprintf("e%d", seq), Source: "agent", Type: typ, Subject: "s1", Body: body, Meta: events.Meta{Seq: seq, Control: onControl(body)}}
 		res, err := Step(&l, Input{Event: ev}, Config{Policy: PolicyHalt})
 		require.NoError(t, err)
 		return res

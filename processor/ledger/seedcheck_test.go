@@ -57,7 +57,7 @@ type orcBuilder struct {
 func (s *orcBuilder) add(typ string, body any) *events.Event {
 	s.seq++
 	ev := &events.Event{ID: fmt.Sprintf("e%d", s.seq), Source: "agent", Type: typ, Subject: s.session, Body: body,
-		Meta: events.Meta{Subject: "seamguard.events." + s.session, Seq: s.seq}}
+		Meta: events.Meta{Subject: "seamguard.events." + s.session, Seq: s.seq, Control: onControl(body)}}
 	s.items = append(s.items, orcItem{ev: ev})
 	return ev
 }

@@ -14,5 +14,9 @@
 // says otherwise. Memory holds the ledgers and 24 bytes per accepted event,
 // never the transcripts.
 //
+// A file is the operator's own input: a session.resumed line in it counts as
+// arriving on the session's control subject (the processor accepts a resume
+// only there; see events.Subjects.Control).
+//
 // A Runner is used by one goroutine.
 package offline

@@ -145,6 +145,11 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 			derr = events.Errorf(events.CodeMalformed, "", "line %d is longer than %d bytes; split the transcript or shorten the event", lineNo, MaxLine)
 		} else {
 			ev, derr = events.DecodeJSON(line, meta)
+			if derr == nil {
+				// The file is the operator's own: a session.resumed in it
+				// counts as arriving on the control subject.
+				_, ev.Meta.Control = ev.Body.(*events.SessionResumed)
+			}
 		}
 		if derr != nil {
 			var e *events.Error
