@@ -965,13 +965,15 @@ func TestHelmValues(t *testing.T) {
 	if inc := dig(v, "config", "merge", "$include"); inc != "accounts.conf" {
 		t.Errorf("config.merge.$include is %v, want accounts.conf", inc)
 	}
-	want, err := os.ReadFile(filepath.Join("nats", "accounts.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := dig(v, "configMap", "merge", "data", "accounts.conf").(string)
-	if got != string(want) {
-		t.Errorf("configMap.merge.data[accounts.conf] differs from deploy/nats/accounts.conf; copy the file into the values (indented 8 spaces)")
+	for _, name := range []string{"accounts.conf", "permissions.conf"} {
+		want, err := os.ReadFile(filepath.Join("nats", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := dig(v, "configMap", "merge", "data", name).(string)
+		if got != string(want) {
+			t.Errorf("configMap.merge.data[%s] differs from deploy/nats/%s; copy the file into the values (indented 8 spaces)", name, name)
+		}
 	}
 
 	// the passwords come from the Secret of deploy/kubernetes
