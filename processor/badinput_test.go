@@ -46,7 +46,22 @@ type badCase struct {
 	Note    string              `json:"note"`
 	Ledger  bool                `json:"ledger"`
 	Expect  string              `json:"expect"`
+	// Control says whether the case is published on the control subject;
+	// absent, a session.resumed is and everything else is not.
+	Control *bool `json:"control"`
 	line    int
+}
+
+// subject is the NATS subject case c is published on.
+func (c badCase) subject(subj events.Subjects) string {
+	ctl := strings.Contains(c.Body, `"type":"`+events.TypeSessionResumed+`"`)
+	if c.Control != nil {
+		ctl = *c.Control
+	}
+	if ctl {
+		return subj.Control(c.Token)
+	}
+	return subj.Events(c.Token)
 }
 
 func loadBadCases(t *testing.T) []badCase {
@@ -101,7 +116,7 @@ func expand(c badCase, mode string, s string) string {
 // Content-Type application/cloudevents+json when withCT is set.
 func badMsg(t *testing.T, subj events.Subjects, c badCase, mode string, withCT bool) *nats.Msg {
 	t.Helper()
-	m := nats.NewMsg(subj.Events(c.Token))
+	m := nats.NewMsg(c.subject(subj))
 	body := expand(c, mode, c.Body)
 	if len(c.Modes) == 2 && mode == "binary" {
 		var attrs map[string]json.RawMessage
@@ -312,7 +327,7 @@ func TestBadInputCorpus(t *testing.T) {
 		assert.Equal(t, in.c.Code, d.Code, "%s: %s", name, d.Message)
 		assert.Equal(t, in.c.Field, d.Field, "%s: %s", name, d.Message)
 		assert.NotEmpty(t, d.Message, name)
-		assert.Equal(t, subj.Events(in.c.Token), d.Input.Subject, "%s: input.subject is the subject it was published on", name)
+		assert.Equal(t, in.c.subject(subj), d.Input.Subject, "%s: input.subject is the subject it was published on", name)
 	}
 	for seq, in := range bySeq {
 		if in.c.Expect == "" {

@@ -347,15 +347,20 @@ func (it Item) Msg(subj events.Subjects) (*nats.Msg, error) {
 	if it.MsgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, it.MsgID)
 	}
-	if it.Control {
+	switch ctl := subj.IsControl(m.Subject); {
+	case it.Raw != nil:
+	case it.Control && !ctl:
 		m.Subject = subj.Control(it.Session)
+	case !it.Control && ctl:
+		m.Subject = subj.Events(it.Session)
 	}
 	return m, nil
 }
 
 // BinaryMsg turns a structured event line into a binary-mode message: data
 // as the body, every other attribute as a ce- header, datacontenttype as
-// Content-Type, and the id as Nats-Msg-Id.
+// Content-Type, and the id as Nats-Msg-Id. A session.resumed goes on the
+// session's control subject, anything else on its events subject.
 func BinaryMsg(subj events.Subjects, line []byte) (*nats.Msg, error) {
 	var attrs map[string]json.RawMessage
 	if err := json.Unmarshal(line, &attrs); err != nil {
@@ -368,7 +373,7 @@ func BinaryMsg(subj events.Subjects, line []byte) (*nats.Msg, error) {
 	if err := json.Unmarshal(attrs["id"], &id); err != nil {
 		return nil, fmt.Errorf("binary message: id: %w", err)
 	}
-	m := nats.NewMsg(subj.Events(session))
+	m := nats.NewMsg(subjectOf(subj, session, attrs["type"]))
 	for name, raw := range attrs {
 		if name == "data" {
 			m.Data = raw
@@ -389,13 +394,27 @@ func BinaryMsg(subj events.Subjects, line []byte) (*nats.Msg, error) {
 	return m, nil
 }
 
+// subjectOf is where an event of type typ (its JSON) about session is
+// published: a session.resumed on the control subject, as an operator
+// publishes it, everything else on the events subject.
+func subjectOf(subj events.Subjects, session string, typ json.RawMessage) string {
+	var t string
+	if json.Unmarshal(typ, &t) == nil && t == events.TypeSessionResumed {
+		return subj.Control(session)
+	}
+	return subj.Events(session)
+}
+
 // StructuredMsg publishes the line as it is, in structured mode.
 func StructuredMsg(subj events.Subjects, line []byte) (*nats.Msg, error) {
-	var a struct{ ID, Subject string }
+	var a struct {
+		ID, Subject string
+		Type        json.RawMessage
+	}
 	if err := json.Unmarshal(line, &a); err != nil {
 		return nil, fmt.Errorf("structured message: %w", err)
 	}
-	m := nats.NewMsg(subj.Events(a.Subject))
+	m := nats.NewMsg(subjectOf(subj, a.Subject, a.Type))
 	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	m.Header.Set(jetstream.MsgIDHeader, a.ID)
 	m.Data = append([]byte(nil), line...)
