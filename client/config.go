@@ -41,7 +41,7 @@ type Config struct {
 	// binary mode (ce-* headers, the data as the body).
 	Structured bool
 	// AckTimeout bounds the wait for the JetStream ack of one publish
-	// attempt; 0 means 5s.
+	// attempt, and for the answer to one request of Recover; 0 means 5s.
 	AckTimeout time.Duration
 	// PublishAttempts is how many times one event is published before a
 	// method gives up (a lost ack, no stream responding, a reconnect); 0

@@ -78,11 +78,34 @@
 // stream (seamguard watch shows it); requesting the compaction again asks
 // for a new evaluation.
 //
+// # Recovering a spill
+//
+// A refusal's spill (Verdict.Refused().Spill, or an allowed verdict's
+// recovered_by) names the transcript seamguard kept in the object store.
+// Session.Recover reads it back, with the whole chain of spills before it,
+// oldest first, and writes it as JSON Lines (what `seamguard spill get`
+// writes):
+//
+//	var transcript bytes.Buffer
+//	chain, err := s.Recover(ctx, *v.Previous.Refused().Spill, &transcript)
+//
+// It needs no JetStream access: it asks the processor's recover service
+// (a NATS micro service, see package processor) with requests on
+// <prefix>.recover.<session>, one reply of at most 512 KiB each, and checks
+// every object's size and SHA-256 digest against its handle. Errors wrap
+// ErrNotRecovered and name the spill: a *RecoverError for the service's
+// refusals (ErrSpillNotFound, ErrSpillForbidden for a spill of another
+// session), ErrDigestMismatch, ErrBrokenChain, or the context's error.
+// Each request waits at most AckTimeout and is sent at most 5 times while
+// no processor answers; the context bounds the whole. Client.Recover does
+// the same for a session id without a Session.
+//
 // # Concurrency
 //
 // A Client may be used by any number of goroutines. A Session is safe for
 // concurrent use: publishes take its lock one at a time, and
 // RequestCompaction holds the lock while it subscribes and publishes, not
 // while it waits, so other goroutines may append meanwhile (the request
-// then covers the head at the moment it was published).
+// then covers the head at the moment it was published). Recover takes no
+// lock.
 package client

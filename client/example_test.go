@@ -170,6 +170,68 @@ func ExampleSession_Compact() {
 	// allowed c2: summary covers [10, 16), tail from 16; cured [coverage_hole] by spill support-7/1.jsonl
 }
 
+// Recover reads back the transcript a refusal's spill holds, through the
+// processor: the agent needs no JetStream access. The budget evicted the
+// turn that set the rule; the spill still has it, word for word.
+func ExampleSession_Recover() {
+	sg := mustStart(true)
+	defer sg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	c, err := client.New(sg.nc, client.Config{})
+	if err != nil {
+		panic(err)
+	}
+	s, err := c.Open(ctx, "ops-agent-7", events.UnitTurns, 4)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := s.Append(ctx, client.Turn{Role: "user", Content: "Never touch /etc."}); err != nil {
+		panic(err)
+	}
+	for range 11 {
+		if _, err := s.Append(ctx, client.Turn{Role: "assistant", Content: "..."}); err != nil {
+			panic(err)
+		}
+	}
+	if err := s.Truncated(ctx, events.Range{Start: 0, End: 3}, "budget"); err != nil {
+		panic(err)
+	}
+	v, err := s.Compact(ctx, events.CompactionRequested{
+		RequestID:       "c1",
+		SummarizerInput: events.Range{Start: 3, End: 12},
+		SummaryRange:    events.Range{Start: 3, End: 8},
+		TailStart:       8,
+	})
+	if err != nil || v.Previous == nil {
+		panic(fmt.Sprint("no refusal before the allowed retry: ", err))
+	}
+
+	var transcript strings.Builder
+	chain, err := s.Recover(ctx, *v.Previous.Refused().Spill, &transcript)
+	if err != nil {
+		panic(err)
+	}
+	for _, h := range chain {
+		fmt.Printf("spill %s: %d events, size and digest checked\n", h.Name, h.Events)
+	}
+	fmt.Println(strings.Count(transcript.String(), "\n"), "lines")
+	for line := range strings.Lines(transcript.String()) {
+		ev, err := events.DecodeJSON([]byte(line), events.Meta{})
+		if err != nil {
+			panic(err)
+		}
+		if t, ok := ev.Body.(*events.TurnAppended); ok && t.Offset == 0 {
+			fmt.Printf("turn 0 (%s): %s\n", t.Role, t.Content)
+		}
+	}
+	// Output:
+	// spill ops-agent-7/1.jsonl: 15 events, size and digest checked
+	// 15 lines
+	// turn 0 (user): "Never touch /etc."
+}
+
 // RequestCompaction waits as long as its context allows. With no processor
 // running, no verdict comes, and the error names the request.
 func ExampleSession_RequestCompaction_deadline() {

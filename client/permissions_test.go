@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -9,18 +11,23 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/client"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/spill"
 )
 
 // TestAgentPermissions runs the client as the agent identity of the shipped
 // deploy/nats/standalone.conf, against a processor running as the processor
-// identity: the whole refuse-spill-retry flow works without one permissions
-// violation, so the client needs no JetStream API access.
+// identity: the whole refuse-spill-retry flow, and reading the spill back
+// through the processor's recover service, work without one permissions
+// violation, so the client needs no JetStream API access. The operator
+// identity finds the service with micro's discovery and reads the same
+// spill from the object store.
 func TestAgentPermissions(t *testing.T) {
 	for k, v := range map[string]string{
 		"NATS_AGENT_PASSWORD":     "agent-test",
@@ -43,13 +50,20 @@ func TestAgentPermissions(t *testing.T) {
 
 	var mu sync.Mutex
 	var violations []error
+	// Each identity with its own inbox prefix (deploy/nats/permissions.conf):
+	// agents keep NATS's default.
+	inboxes := map[string]string{"processor": "_INBOX_processor", "operator": "_INBOX_operator"}
 	connect := func(user, password string) *nats.Conn {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password),
+		opts := []nats.Option{nats.UserInfo(user, password),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				mu.Lock()
 				defer mu.Unlock()
 				violations = append(violations, err)
-			}))
+			})}
+		if p := inboxes[user]; p != "" {
+			opts = append(opts, nats.CustomInboxPrefix(p))
+		}
+		nc, err := nats.Connect(srv.ClientURL(), opts...)
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
 		return nc
@@ -88,7 +102,29 @@ func TestAgentPermissions(t *testing.T) {
 	require.NotNil(t, v.Previous)
 	require.NotNil(t, v.Previous.Refused().Spill)
 	require.NoError(t, s.Commit(ctx, "c1"))
+
+	h := *v.Previous.Refused().Spill
+	var got bytes.Buffer
+	chain, err := s.Recover(ctx, h, &got)
+	require.NoError(t, err)
+	require.Equal(t, []events.SpillHandle{h}, chain)
+	_, err = s.Recover(ctx, events.SpillHandle{Name: "someone-else/1.jsonl"}, &bytes.Buffer{})
+	require.ErrorIs(t, err, client.ErrSpillForbidden)
 	require.NoError(t, s.Close(ctx))
+
+	op := connect("operator", "operator-test")
+	ojs, err := jetstream.New(op)
+	require.NoError(t, err)
+	var want bytes.Buffer
+	_, err = (&spill.Store{JS: ojs, Stream: "SEAMGUARD_EVENTS", Bucket: h.Bucket}).GetChain(ctx, h.Name, &want)
+	require.NoError(t, err)
+	require.Equal(t, want.String(), got.String())
+	m, err := op.RequestWithContext(ctx, "$SRV.INFO.seamguard", nil)
+	require.NoError(t, err)
+	var info micro.Info
+	require.NoError(t, json.Unmarshal(m.Data, &info))
+	require.Len(t, info.Endpoints, 1)
+	require.Equal(t, "seamguard.recover.*", info.Endpoints[0].Subject)
 
 	mu.Lock()
 	defer mu.Unlock()

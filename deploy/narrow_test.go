@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -39,7 +41,7 @@ func agentScope(t *testing.T) (*jwt.UserScope, nkeys.KeyPair) {
 	s := jwt.NewUserScope()
 	s.Key, s.Role = pub, "agent"
 	s.Description = "seamguard agent: the sessions of its session tags"
-	s.Template.Pub.Allow.Add("seamguard.events.{{tag(session)}}")
+	s.Template.Pub.Allow.Add("seamguard.events.{{tag(session)}}", "seamguard.recover.{{tag(session)}}")
 	s.Template.Sub.Allow.Add("seamguard.verdicts.{{tag(session)}}.>", "_INBOX_{{name()}}.>")
 	return s, kp
 }
@@ -207,11 +209,20 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 		}
 		if v.Allowed() == nil || v.Previous == nil || v.Previous.Refused().Spill == nil {
 			t.Errorf("s-1: want refused with a spill, then allowed; got %+v", v)
+			return s.Close(ctx)
+		}
+		var transcript bytes.Buffer
+		if _, err := s.Recover(ctx, *v.Previous.Refused().Spill, &transcript); err != nil {
+			return fmt.Errorf("recovering its own spill: %w", err)
 		}
 		return s.Close(ctx)
 	})
 	agent.denied(t, "publish into another agent's session", "seamguard.events.s-3", true, func(ctx context.Context) error {
 		_, err := agent.js.Publish(ctx, "seamguard.events.s-3", []byte(`{"forged":true}`))
+		return err
+	})
+	agent.denied(t, "ask for another agent's session's spills", "seamguard.recover.s-3", true, func(ctx context.Context) error {
+		_, err := agent.nc.RequestWithContext(ctx, "seamguard.recover.s-3", []byte(`{"op":"info","name":"s-3/1.jsonl"}`))
 		return err
 	})
 	agent.denied(t, "hear another agent's session's verdicts", "seamguard.verdicts.s-3.>", false, func(ctx context.Context) error {

@@ -26,6 +26,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
+	sgclient "github.com/seamguard/seamguard/client"
+	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
 )
@@ -480,6 +482,64 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 		})
 	})
 
+	t.Run("recover service", func(t *testing.T) {
+		// As the processor's recover service does: a queue subscription on
+		// every session's recover subject, micro's discovery subjects, and
+		// a reply to each request (allow_responses).
+		proc.allowed(t, "serve recover requests in the queue group", func(ctx context.Context) error {
+			_, err := proc.nc.QueueSubscribe("seamguard.recover.*", "seamguard", func(m *nats.Msg) {
+				_ = m.Respond([]byte("answer to " + m.Subject))
+			})
+			return err
+		})
+		proc.allowed(t, "answer micro's discovery", func(ctx context.Context) error {
+			_, err := proc.nc.Subscribe("$SRV.>", func(m *nats.Msg) {
+				_ = m.Respond([]byte(`{"name":"seamguard","type":"io.nats.micro.v1.ping_response"}`))
+			})
+			return err
+		})
+		proc.allowed(t, "answer an agent's request", func(ctx context.Context) error {
+			agent.allowed(t, "request a spill from the recover service", func(ctx context.Context) error {
+				m, err := agent.nc.RequestWithContext(ctx, "seamguard.recover.s1", []byte(`{"name":"s1/1.jsonl"}`))
+				if err == nil && string(m.Data) != "answer to seamguard.recover.s1" {
+					err = fmt.Errorf("answered %q", m.Data)
+				}
+				return err
+			})
+			return nil
+		})
+		proc.allowed(t, "answer an operator's discovery", func(ctx context.Context) error {
+			op.allowed(t, "find the services (nats micro ls)", func(ctx context.Context) error {
+				_, err := op.nc.RequestWithContext(ctx, "$SRV.PING", nil)
+				return err
+			})
+			return nil
+		})
+		agent.denied(t, "subscribe to the recover requests", "seamguard.recover.>", false, func(ctx context.Context) error {
+			_, err := agent.nc.SubscribeSync("seamguard.recover.>")
+			return err
+		})
+		agent.denied(t, "subscribe to micro's discovery", "$SRV.>", false, func(ctx context.Context) error {
+			_, err := agent.nc.SubscribeSync("$SRV.>")
+			return err
+		})
+		agent.denied(t, "ask micro's discovery", "$SRV.PING", true, func(ctx context.Context) error {
+			_, err := agent.nc.RequestWithContext(ctx, "$SRV.PING", nil)
+			return err
+		})
+		op.denied(t, "subscribe to the recover requests", "seamguard.recover.>", false, func(ctx context.Context) error {
+			_, err := op.nc.SubscribeSync("seamguard.recover.>")
+			return err
+		})
+		proc.denied(t, "make a recover request", "seamguard.recover.s1", true, func(ctx context.Context) error {
+			_, err := proc.nc.RequestWithContext(ctx, "seamguard.recover.s1", []byte(`{"name":"s1/1.jsonl"}`))
+			return err
+		})
+		proc.denied(t, "publish to an inbox nobody asked it to answer", "_INBOX.forged", false, func(ctx context.Context) error {
+			return proc.nc.Publish("_INBOX.forged", []byte("unasked"))
+		})
+	})
+
 	t.Run("operator", func(t *testing.T) {
 		var obs jetstream.ObjectStore
 		op.allowed(t, "open the spill object store", func(ctx context.Context) error {
@@ -749,7 +809,7 @@ func TestProcessorEndToEnd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	var spillHandle struct{ Bucket, Name, Digest string }
+	var spillHandle events.SpillHandle
 	op.allowed(t, "replay the verdicts", func(ctx context.Context) error {
 		oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_VERDICTS", jetstream.OrderedConsumerConfig{})
 		if err != nil {
@@ -784,10 +844,11 @@ func TestProcessorEndToEnd(t *testing.T) {
 	if spillHandle.Name == "" {
 		t.Fatal("the processor wrote no spill")
 	}
+	var opRead bytes.Buffer
 	op.allowed(t, "read the processor's spill and verify its digest", func(ctx context.Context) error {
-		var buf bytes.Buffer
+		buf := &opRead
 		st := &spill.Store{JS: op.js, Stream: "SEAMGUARD_EVENTS", Bucket: spillHandle.Bucket}
-		info, err := st.Get(ctx, spillHandle.Name, &buf)
+		info, err := st.Get(ctx, spillHandle.Name, buf)
 		if err != nil {
 			return err
 		}
@@ -798,6 +859,27 @@ func TestProcessorEndToEnd(t *testing.T) {
 			return errors.New("the spill lacks turn 0")
 		}
 		return nil
+	})
+	agent.allowed(t, "recover the same spill through the processor's recover service", func(ctx context.Context) error {
+		c, err := sgclient.New(agent.nc, sgclient.Config{})
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if _, err := c.Recover(ctx, "ops-agent-42", spillHandle, &buf); err != nil {
+			return err
+		}
+		if !bytes.Equal(buf.Bytes(), opRead.Bytes()) {
+			return fmt.Errorf("recovered %d bytes, the operator read %d", buf.Len(), opRead.Len())
+		}
+		return nil
+	})
+	op.allowed(t, "find the recover service (nats micro info seamguard)", func(ctx context.Context) error {
+		m, err := op.nc.RequestWithContext(ctx, "$SRV.INFO.seamguard", nil)
+		if err == nil && !bytes.Contains(m.Data, []byte(`"subject":"seamguard.recover.*"`)) {
+			err = fmt.Errorf("the service's info is %s", m.Data)
+		}
+		return err
 	})
 
 	if err := stop(); err != nil {

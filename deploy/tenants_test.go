@@ -222,6 +222,28 @@ func TestTenants(t *testing.T) {
 		}
 		return nil
 	})
+	// And agents recover their own transcripts through their own tenant's
+	// processor: ACME's agent reads it, GLOBEX's agent, asking for the same
+	// session and name, is told there is no such spill.
+	for _, ten := range tenants {
+		ten.agent.allowed(t, "recover the session's spill", func(ctx context.Context) error {
+			c, err := sgclient.New(ten.agent.nc, sgclient.Config{})
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			_, err = c.Recover(ctx, session, *handle, &buf)
+			switch {
+			case ten.name == "acme" && err != nil:
+				return err
+			case ten.name == "acme" && !bytes.Contains(buf.Bytes(), []byte("acme turn")):
+				t.Errorf("ACME's agent recovered %d bytes without its turns", buf.Len())
+			case ten.name == "globex" && !errors.Is(err, sgclient.ErrSpillNotFound):
+				t.Errorf("GLOBEX's agent asked for ACME's spill and got %v (%d bytes), not ErrSpillNotFound", err, buf.Len())
+			}
+			return nil
+		})
+	}
 	tenants["globex"].operator.allowed(t, "look for the other tenant's spill", func(ctx context.Context) error {
 		obs, err := tenants["globex"].operator.js.ObjectStore(ctx, handle.Bucket)
 		if err != nil {

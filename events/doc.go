@@ -145,4 +145,11 @@
 // MarshalStructured writes an input event back as one JSON line for spills;
 // DecodeJSON reads it back to an equal event. DecodeVerdict reads outputs
 // back for subscribers and tests.
+//
+// # The recover protocol
+//
+// recover.go names the protocol through which agents read their sessions'
+// spills from the processor (Subjects.Recover, RecoverRequest, the reply
+// headers and the bounds); the processor serves it and package client
+// calls it. processor/doc.go describes it.
 package events

@@ -160,6 +160,12 @@ type Config struct {
 	// purged, whatever their age; a write's registration lapses after
 	// SweepMinAge unrenewed (at most a minute).
 	SweepMinAge time.Duration
+
+	// NoRecoverService turns off the recover service, a NATS micro
+	// service ("seamguard", on <prefix>.recover.<session>) through which
+	// agents read their own sessions' spills; the zero value runs it on
+	// every instance while it runs (see the package doc).
+	NoRecoverService bool
 }
 
 // MinSpillBucketMaxBytes is the smallest SpillBucketMaxBytes other than 0.

@@ -107,6 +107,10 @@
 //     redelivered to the next owner) and still hands its partitions over.
 //   - Rebuild: the same classification with the RetryFor budget, then it
 //     fails as a whole.
+//   - the recover service: none. Each request gets one answer, after at
+//     most 5 seconds of work; a JetStream that does not answer is a 503,
+//     and the caller decides whether to ask again (package client asks at
+//     most 5 times).
 //
 // # Memory
 //
@@ -137,6 +141,83 @@
 // owner. Because a decision depends only on the session's inputs in stream
 // order, whatever either instance published is what the other publishes,
 // under the same ids.
+//
+// # Recovering spills: the recover service
+//
+// Agents have no JetStream API access, so they cannot read the spill a
+// refusal hands them. Every instance runs, while Run runs, a NATS micro
+// service (nats.go's package micro) through which an agent reads the spills
+// of its own sessions: name "seamguard", version ServiceVersion, one
+// endpoint "recover" on <prefix>.recover.* in the queue group "seamguard",
+// so that each request goes to one instance. `nats micro ls`, `nats micro
+// info seamguard` and `nats micro stats seamguard` find it ($SRV.PING,
+// $SRV.INFO.seamguard, $SRV.STATS.seamguard). It stops when a drain
+// begins: the request being answered is answered, those still queued get
+// 503. Config.NoRecoverService turns it off. The service keeps no state
+// between requests, so any instance may answer any of them.
+//
+// The protocol (its names are in package events, recover.go):
+//
+//   - Subject: <prefix>.recover.<session>, a core NATS request. The
+//     session token is the authority: a request may name only spills of
+//     that session, so a deployment can grant an agent publish on its own
+//     sessions' subjects alone.
+//   - Request: a JSON object of at most 1 KiB,
+//     {"op":"info"|"read","name":"<session>/<n>.jsonl","offset":0,"cursor":"","max":0}.
+//     name is the spill handle's name (at most 256 bytes).
+//   - info (the default op) answers the spill's handle as its body: the
+//     events.SpillHandle JSON of the verdicts, rebuilt from the object's
+//     info, whose previous names the spill before it (null for the first).
+//   - read answers up to max bytes (0 and anything larger mean 512 KiB;
+//     less when the server's max_payload is small) of the object from
+//     offset. Headers: Seamguard-Spill-Name, Seamguard-Spill-Size and
+//     Seamguard-Spill-Digest describe the whole object; Seamguard-Offset
+//     is the offset of the body's first byte; Seamguard-Cursor, absent at
+//     the object's end, is what the next read sends as its cursor, with
+//     offset plus the body's length as its offset. A read at the end
+//     answers an empty body. The cursor names the object's version (a
+//     name written again has another), and the stream sequence and offset
+//     of the chunk holding the next byte, so the next read is one direct
+//     get of that chunk. Without a cursor the service counts the object's
+//     chunks from its first up to offset (slower for a large spill).
+//   - Every request gets exactly one reply, of at most 512 KiB of data
+//     plus headers: no flow control is needed, and a lost reply is asked
+//     for again.
+//   - Refusals carry micro's headers Nats-Service-Error (what is wrong,
+//     naming the spill) and Nats-Service-Error-Code, and no body:
+//     400 a malformed request (not JSON, no name, a name over 256 bytes,
+//     an unknown op, a negative max, an offset past the end, a cursor the
+//     service did not give or that does not fit the offset); 403 a name
+//     that is not a spill of the subject's session (checked on the name
+//     before anything is read, then on the object's own metadata); 404 no
+//     spill of that name, or an object that is not a spill; 409 the cursor
+//     is of another version of the object (written again: when its size
+//     and digest are the handle's it is the same transcript, read on
+//     without the cursor); 413 a request over 1 KiB; 500 a damaged object
+//     (its chunks hold fewer or more bytes than its info says) or another
+//     JetStream failure; 503 JetStream did not answer, or the instance is
+//     stopping: ask again.
+//
+// A caller reads a spill's chain as spill.Store.GetChain does: info for
+// the handle's name, then for each previous spill back to the first,
+// checking the links (no name twice, each spill's last_seq before the next
+// one's first_seq, at most 10,000 spills), then each object oldest first
+// from offset 0, following the cursors, and checks each object's size and
+// SHA-256 against its handle's digest ("SHA-256=" and the URL-safe base64
+// of the sum, padded: decode it rather than compare strings). The
+// objects' bytes together are the session's accepted events, JSON Lines,
+// from its first to the newest spill's request. Package client does all
+// this in Session.Recover.
+//
+// Bounds: a request is at most 1 KiB, a name 256 bytes, a cursor 80 bytes,
+// a reply 512 KiB of data; each request gets at most 5 seconds of work (an
+// object info and a chunk read, or one read per chunk up to the offset
+// without a cursor). An instance answers one request at a time and queues
+// at most 256 of them (8 MiB); NATS drops the rest, and their callers time
+// out and ask again, perhaps of another instance. Deployments grant the
+// processor's identity subscribe on <prefix>.recover.> and $SRV.> and
+// allow_responses, agents publish on <prefix>.recover.> (or on their own
+// sessions' subjects), operators publish on $SRV.> (deploy/nats/accounts.conf).
 //
 // Rebuild derives every session's state from the events stream alone and
 // compares it with the bucket (see its doc for how spill outcomes are found).

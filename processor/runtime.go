@@ -284,6 +284,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.sweepSpills(hard)
 	}()
 	defer func() { cancel(); <-sweepDone }()
+	stopRecover := p.serveRecover(ctx, hard) // stops when the drain begins
+	defer stopRecover()
 
 	shards := make([]*shard, p.cfg.Shards)
 	errs := make(chan error, len(shards)+len(consumers))
