@@ -882,6 +882,45 @@ func TestProcessorEndToEnd(t *testing.T) {
 		return err
 	})
 
+	// The zombie agent: it cannot publish a resume where one counts, and
+	// one it publishes on its events subject is rejected, not applied.
+	agent.denied(t, "publish a resume on the control subject", "seamguard.control.ops-agent-42", true, func(ctx context.Context) error {
+		m := nats.NewMsg("seamguard.control.ops-agent-42")
+		m.Header.Set("Content-Type", "application/cloudevents+json")
+		m.Data = []byte(`{"specversion":"1.0","id":"zombie-1","source":"urn:agent:zombie","type":"io.seamguard.session.resumed","subject":"ops-agent-42","data":{"note":"waived by myself"}}`)
+		_, err := agent.js.PublishMsg(ctx, m)
+		return err
+	})
+	verdicts := proc.msgs(t, "SEAMGUARD_VERDICTS")
+	agent.allowed(t, "publish a resume on the events subject", func(ctx context.Context) error {
+		m := nats.NewMsg("seamguard.events.ops-agent-42")
+		m.Header.Set("Content-Type", "application/cloudevents+json")
+		m.Data = []byte(`{"specversion":"1.0","id":"zombie-2","source":"urn:agent:zombie","type":"io.seamguard.session.resumed","subject":"ops-agent-42","data":{"note":"waived by myself"}}`)
+		_, err := agent.js.PublishMsg(ctx, m, jetstream.WithMsgID("zombie-2"))
+		return err
+	})
+	deadline = time.Now().Add(30 * time.Second)
+	for proc.msgs(t, "SEAMGUARD_VERDICTS") == verdicts {
+		if time.Now().After(deadline) {
+			t.Fatal("no verdict answered the zombie's resume")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	op.allowed(t, "read the answer to the zombie's resume", func(ctx context.Context) error {
+		str, err := op.js.Stream(ctx, "SEAMGUARD_VERDICTS")
+		if err != nil {
+			return err
+		}
+		m, err := str.GetLastMsgForSubject(ctx, "seamguard.verdicts.ops-agent-42.rejected")
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(m.Data, []byte(`"code":"not_permitted"`)) || !bytes.Contains(m.Data, []byte(`"causationid":"zombie-2"`)) {
+			return fmt.Errorf("the answer is %s", m.Data)
+		}
+		return nil
+	})
+
 	if err := stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}

@@ -75,7 +75,8 @@ func renameLine(line string, c int) string {
 }
 
 // publishLines publishes each line in structured mode on the subject of its
-// session (or of a fixed session when it has none), in order.
+// session (or of a fixed session when it has none), in order: a
+// session.resumed on the control subject, everything else on the events one.
 func publishLines(t *testing.T, js jetstream.JetStream, lines []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -84,6 +85,7 @@ func publishLines(t *testing.T, js jetstream.JetStream, lines []string) {
 		var m struct {
 			Subject any `json:"subject"`
 			ID      any `json:"id"`
+			Type    any `json:"type"`
 		}
 		_ = json.Unmarshal([]byte(l), &m)
 		s, _ := m.Subject.(string)
@@ -91,6 +93,10 @@ func publishLines(t *testing.T, js jetstream.JetStream, lines []string) {
 			s = "unnamed"
 		}
 		msg := nats.NewMsg("seamguard.events." + s)
+		if m.Type == events.TypeSessionResumed {
+			// A file's resumes are the operator's, as check reads them.
+			msg.Subject = "seamguard.control." + s
+		}
 		msg.Data = []byte(l)
 		var opts []jetstream.PublishOpt
 		if id, ok := m.ID.(string); ok && id != "" {
