@@ -159,6 +159,19 @@ func TestInteropNATSCLI(t *testing.T) {
 	// Stored byte for byte as the offline check read them, the spill is the
 	// golden one, digest included.
 	assert.Equal(t, golden(t)[0].Data, got[0].Data)
+
+	// The processor's recover service is a NATS micro service: the CLI
+	// lists it, describes its endpoint and counts its requests.
+	for _, args := range [][]string{{"micro", "ls"}, {"micro", "info", "seamguard"}, {"micro", "stats", "seamguard"}} {
+		ctx, cancel := context.WithTimeout(testContext(t), 30*time.Second)
+		out, err := exec.CommandContext(ctx, cli, append(args, "--server", sg.srv.ClientURL())...).CombinedOutput()
+		cancel()
+		require.NoError(t, err, "nats %s\n%s", strings.Join(args, " "), out)
+		assert.Contains(t, string(out), "seamguard", "nats %s", strings.Join(args, " "))
+		if args[1] == "info" {
+			assert.Contains(t, string(out), "seamguard.recover.*", "nats micro info names the endpoint's subject")
+		}
+	}
 }
 
 // cliHeaders turns one structured event into the CLI's --header flags:
