@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,4 +277,52 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream string) ([]jets
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// TestTenantsCompose checks deploy/tenants/docker-compose.yaml against the
+// tenants' server config and seamguard serve: the server runs that config,
+// every processor connects as a processor user of a tenant with the
+// password the server is given, one processor per tenant, and every
+// SEAMGUARD_ variable is a flag of serve.
+func TestTenantsCompose(t *testing.T) {
+	var c composeFile
+	decodeYAML(t, filepath.Join("tenants", "docker-compose.yaml"), &c)
+	natsSvc, ok := c.Services["nats"]
+	if !ok || !slices.Contains(natsSvc.Command, "/etc/nats/tenants/nats-server.conf") {
+		t.Fatalf("the nats service should run /etc/nats/tenants/nats-server.conf: %+v", natsSvc.Command)
+	}
+	for k, v := range natsSvc.Environment {
+		t.Setenv(k, interpolate(t, v))
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join("tenants", "nats-server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := users(opts)
+	served := map[string]bool{}
+	for name, svc := range c.Services {
+		if svc.Build == nil {
+			continue
+		}
+		var env []string
+		for k := range svc.Environment {
+			env = append(env, k)
+		}
+		checkSeamguardEnv(t, name, env)
+		user := svc.Environment["SEAMGUARD_USER"]
+		u, ok := us[user]
+		if !ok || !strings.HasSuffix(user, "-processor") {
+			t.Errorf("%s connects as %q, not a tenant's processor user", name, user)
+			continue
+		}
+		if pw := interpolate(t, svc.Environment["SEAMGUARD_PASSWORD"]); pw != u.Password {
+			t.Errorf("%s's password is not the one the server gives %s", name, user)
+		}
+		served[u.Account.Name] = true
+	}
+	for _, ten := range tenantNames {
+		if !served[strings.ToUpper(ten)] {
+			t.Errorf("no processor serves tenant %s", strings.ToUpper(ten))
+		}
+	}
 }
