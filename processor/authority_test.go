@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/workload"
+	"github.com/seamguard/seamguard/processor"
 )
 
 // TestResumeOnlyOnTheControlSubject: sessions halted by a gap, spread over
@@ -84,4 +86,71 @@ func TestResumeOnlyOnTheControlSubject(t *testing.T) {
 		assert.Contains(t, got[2], "session_halted")
 		assert.Equal(t, events.TypeCompactionAllowed, vs[3].Type, got)
 	}
+}
+
+// TestUpgradeToControlSubjects: a deployment made before control subjects
+// (its events stream on the events subjects alone, its partitions' durable
+// consumers filtering one subject each, a session halted and its inputs
+// acknowledged) is taken over by this version: the stream gains the
+// control subjects, the consumers their second filter, and an operator's
+// resume on the control subject lifts the halt.
+func TestUpgradeToControlSubjects(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.Partitions = 2
+	subj := cfg.Subjects()
+	_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
+		Name: cfg.Names().Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+		MaxAge:           processor.DefaultEventsMaxAge, Duplicates: processor.DefaultEventsDuplicates,
+	})
+	require.NoError(t, err)
+	for p := -1; p < cfg.Partitions; p++ {
+		cc := cfg.ConsumerConfig(p)
+		cc.FilterSubject, cc.FilterSubjects = cc.FilterSubjects[0], nil
+		if p < 0 {
+			cc.FilterSubject = "seamguard.events.>"
+		}
+		_, err := e.JS.CreateOrUpdateConsumer(e.ctx, cfg.Names().Events, cc)
+		require.NoError(t, err)
+	}
+
+	s := &workload.Script{ID: "upgraded"}
+	s.Open("tokens", 100, "tokens")
+	s.TurnAt(0, 100)
+	s.TurnAt(300, 400)
+	s.Compact("k1", workload.R(0, 700), workload.R(0, 500), 500, false) // halted: [100, 300) never arrived
+	var before []*nats.Msg
+	for _, it := range s.Items {
+		m, err := it.Msg(subj)
+		require.NoError(t, err)
+		before = append(before, m)
+	}
+	r := e.start(t, cfg)
+	e.publishAll(t, before)
+	e.waitIdle(t, cfg, 20*time.Second)
+
+	for p := -1; p < cfg.Partitions; p++ {
+		c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, cfg.ConsumerName(p))
+		require.NoError(t, err)
+		assert.Equal(t, cfg.ConsumerConfig(p).FilterSubjects, c.CachedInfo().Config.FilterSubjects, "consumer %s", cfg.ConsumerName(p))
+	}
+	n := len(s.Items)
+	s.Event(events.TypeSessionResumed, map[string]any{"note": "operator: accepted as lost"})
+	s.Compact("k2", workload.R(0, 700), workload.R(0, 500), 500, false)
+	var after []*nats.Msg
+	for _, it := range s.Items[n:] {
+		m, err := it.Msg(subj)
+		require.NoError(t, err)
+		after = append(after, m)
+	}
+	require.Equal(t, subj.Control("upgraded"), after[0].Subject)
+	e.publishAll(t, after)
+	e.waitIdle(t, cfg, 20*time.Second)
+	require.NoError(t, r.stop(t))
+	var types []string
+	for _, v := range e.verdicts(t, cfg) {
+		types = append(types, v.v.Type)
+	}
+	assert.Equal(t, []string{events.TypeSessionHalted, events.TypeCompactionAllowed}, types)
 }
