@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
@@ -166,21 +165,7 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 	if err := newJS(t, proc); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	p, err := processor.New(ctx, proc.js, processor.Config{SpillVerify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- p.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runProcessor(t, proc, processor.Config{SpillVerify: true})
 
 	agent := jt.connect(t, "agent-7", jt.user(t, "agent-7", jt.agentKey, "session:s-1", "session:s-2"), "_INBOX_agent-7")
 	if err := newJS(t, agent); err != nil {

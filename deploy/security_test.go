@@ -755,33 +755,7 @@ func TestProcessorEndToEnd(t *testing.T) {
 	agent := connect(t, s, "agent", agentPassword)
 	op := connect(t, s, "operator", operatorPassword)
 
-	var p *processor.Processor
-	proc.allowed(t, "start the processor", func(ctx context.Context) error {
-		var err error
-		p, err = processor.New(ctx, proc.js, processor.Config{SpillVerify: true})
-		return err
-	})
-	if p == nil {
-		t.FailNow()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- p.Run(ctx) }()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-ran:
-			return err
-		case <-time.After(30 * time.Second):
-			return errors.New("Run did not return 30s after its context ended")
-		}
-	}
-	t.Cleanup(func() { _ = stop() })
+	stop := runProcessor(t, proc, processor.Config{SpillVerify: true})
 
 	story := readLines(t, filepath.Join(root, "testdata", "stories", "seed-story.jsonl"))
 	golden := readLines(t, filepath.Join(root, "testdata", "stories", "golden", "seed-story.out.jsonl"))
@@ -1224,4 +1198,42 @@ func TestBcryptPassword(t *testing.T) {
 		nc.Close()
 		t.Error("the hash itself was accepted as the password")
 	}
+}
+
+// runProcessor starts a processor as c (which must succeed without a
+// permissions violation) and runs it until stop, or the end of the test.
+func runProcessor(t *testing.T, c *client, cfg processor.Config) (stop func() error) {
+	t.Helper()
+	var p *processor.Processor
+	c.allowed(t, "start the processor", func(ctx context.Context) error {
+		var err error
+		p, err = processor.New(ctx, c.js, cfg)
+		return err
+	})
+	if p == nil {
+		t.FailNow()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(ctx) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-ran:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("Run did not return 30s after its context ended")
+		}
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("%s's processor: %v", c.user, err)
+		}
+	})
+	return stop
 }

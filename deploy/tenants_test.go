@@ -67,29 +67,7 @@ func TestTenants(t *testing.T) {
 		ten.proc = connectWith(t, s, name+"-processor", tenantPassword(name, "processor"), "_INBOX_processor")
 		ten.agent = connectWith(t, s, name+"-agent", tenantPassword(name, "agent"), "")
 		ten.operator = connectWith(t, s, name+"-operator", tenantPassword(name, "operator"), "_INBOX_operator")
-		var p *processor.Processor
-		ten.proc.allowed(t, "start "+name+"'s processor", func(ctx context.Context) error {
-			var err error
-			p, err = processor.New(ctx, ten.proc.js, processor.Config{SpillVerify: true, Source: "urn:seamguard:processor:" + name})
-			return err
-		})
-		if p == nil {
-			t.FailNow()
-		}
-		runCtx, stop := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- p.Run(runCtx) }()
-		t.Cleanup(func() {
-			stop()
-			select {
-			case err := <-ran:
-				if err != nil {
-					t.Errorf("%s's processor: %v", name, err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("%s's processor did not stop", name)
-			}
-		})
+		runProcessor(t, ten.proc, processor.Config{SpillVerify: true, Source: "urn:seamguard:processor:" + name})
 		ten.agent.allowed(t, "subscribe to every verdict", func(ctx context.Context) error {
 			var err error
 			ten.verdicts, err = ten.agent.nc.SubscribeSync("seamguard.verdicts.>")
