@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -681,11 +682,129 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			}
 			return err
 		})
-		op.denied(t, "open the session bucket", "$JS.API.STREAM.INFO.KV_seamguard-sessions", true, func(ctx context.Context) error {
-			_, err := op.js.KeyValue(ctx, "seamguard-sessions")
+		// The session bucket, read only (seamguard inspect, replay).
+		var sessions jetstream.KeyValue
+		op.allowed(t, "open the session bucket and read a session's snapshot, as seamguard inspect does", func(ctx context.Context) error {
+			var err error
+			if sessions, err = op.js.KeyValue(ctx, "seamguard-sessions"); err != nil {
+				return err
+			}
+			e, err := sessions.Get(ctx, "s1")
+			if err == nil && string(e.Value()) != "state-2" {
+				err = fmt.Errorf("read %q", e.Value())
+			}
+			return err
+		})
+		if sessions == nil {
+			t.FailNow()
+		}
+		op.denied(t, "write a session's state", "$KV.seamguard-sessions.s1", true, func(ctx context.Context) error {
+			_, err := sessions.Put(ctx, "s1", []byte("forged"))
+			return err
+		})
+		op.denied(t, "delete a session's state", "$KV.seamguard-sessions.s1", true, func(ctx context.Context) error {
+			return sessions.Delete(ctx, "s1")
+		})
+		op.denied(t, "purge the session bucket", "$JS.API.STREAM.PURGE.KV_seamguard-sessions", true, func(ctx context.Context) error {
+			st, err := op.js.Stream(ctx, "KV_seamguard-sessions")
+			if err != nil {
+				return err
+			}
+			return st.Purge(ctx)
+		})
+		op.denied(t, "change the session bucket", "$JS.API.STREAM.UPDATE.KV_seamguard-sessions", true, func(ctx context.Context) error {
+			st, err := op.js.Stream(ctx, "KV_seamguard-sessions")
+			if err != nil {
+				return err
+			}
+			cfg := st.CachedInfo().Config
+			cfg.MaxAge = time.Minute
+			_, err = op.js.UpdateStream(ctx, cfg)
+			return err
+		})
+		proc.allowed(t, "check the session state is untouched", func(ctx context.Context) error {
+			e, err := res.Sessions.Get(ctx, "s1")
+			if err == nil && string(e.Value()) != "state-2" {
+				err = fmt.Errorf("session state is now %q", e.Value())
+			}
+			return err
+		})
+
+		// The events, with ordered consumers of its own (seamguard inspect
+		// --rebuild, replay): a session's two subjects, or everything.
+		evSubj := processor.Config{}.Subjects()
+		op.allowed(t, "read a session's events and control messages with an ordered consumer, then delete it, as seamguard inspect --rebuild does", func(ctx context.Context) error {
+			oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{"seamguard.partitioned.*.s1", evSubj.Control("s1")},
+			})
+			if err != nil {
+				return err
+			}
+			m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
+			if err == nil && !strings.HasSuffix(m.Subject(), ".s1") {
+				err = fmt.Errorf("got %s", m.Subject())
+			}
+			if err != nil {
+				return err
+			}
+			return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", oc.CachedInfo().Name)
+		})
+		op.allowed(t, "read the whole events stream with an ordered consumer, as seamguard replay does", func(ctx context.Context) error {
+			str, err := op.js.Stream(ctx, "SEAMGUARD_EVENTS")
+			if err != nil {
+				return err
+			}
+			oc, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				return err
+			}
+			it, err := oc.Messages()
+			if err != nil {
+				return err
+			}
+			defer it.Stop()
+			for n := uint64(0); n < str.CachedInfo().State.Msgs; n++ {
+				if _, err := it.Next(jetstream.NextContext(ctx)); err != nil {
+					return fmt.Errorf("message %d: %w", n+1, err)
+				}
+			}
+			return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", oc.CachedInfo().Name)
+		})
+		op.denied(t, "create a consumer on the events stream with a filter token in the subject (the CLI's filter on two subjects or none)", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS.reader.seamguard.partitioned", true, func(ctx context.Context) error {
+			_, err := op.js.CreateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{Name: "reader", FilterSubject: "seamguard.partitioned.*.s1", AckPolicy: jetstream.AckNonePolicy})
+			return err
+		})
+		op.denied(t, "create a durable consumer with the legacy subject", "$JS.API.CONSUMER.DURABLE.CREATE.SEAMGUARD_EVENTS.reader", true, func(ctx context.Context) error {
+			_, err := op.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.DURABLE.CREATE.SEAMGUARD_EVENTS.reader", []byte(`{"stream_name":"SEAMGUARD_EVENTS","config":{"durable_name":"reader","ack_policy":"none"}}`))
+			return err
+		})
+		op.denied(t, "purge the events stream", "$JS.API.STREAM.PURGE.SEAMGUARD_EVENTS", true, func(ctx context.Context) error {
+			str, err := op.js.Stream(ctx, "SEAMGUARD_EVENTS")
+			if err != nil {
+				return err
+			}
+			return str.Purge(ctx)
+		})
+		op.denied(t, "delete an event", "$JS.API.STREAM.MSG.DELETE.SEAMGUARD_EVENTS", true, func(ctx context.Context) error {
+			str, err := op.js.Stream(ctx, "SEAMGUARD_EVENTS")
+			if err != nil {
+				return err
+			}
+			return str.DeleteMsg(ctx, 1)
+		})
+		op.denied(t, "change the events stream", "$JS.API.STREAM.UPDATE.SEAMGUARD_EVENTS", true, func(ctx context.Context) error {
+			cfg := res.Events.CachedInfo().Config
+			cfg.MaxAge = time.Minute
+			_, err := op.js.UpdateStream(ctx, cfg)
 			return err
 		})
 		pc := processor.Config{}.ConsumerName(processor.Config{}.Subjects().Partition("s1"))
+		op.denied(t, "replace the processor's consumer (name only in the subject, as an ordered consumer's)", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS."+pc, true, func(ctx context.Context) error {
+			_, err := op.js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{
+				Name: pc, FilterSubjects: []string{"seamguard.partitioned.*.s1", "seamguard.control.s1"}, AckPolicy: jetstream.AckNonePolicy,
+			})
+			return err
+		})
 		op.denied(t, "look at the processor's consumer", "$JS.API.CONSUMER.INFO.SEAMGUARD_EVENTS."+pc, true, func(ctx context.Context) error {
 			_, err := op.js.Consumer(ctx, "SEAMGUARD_EVENTS", pc)
 			return err
@@ -1079,6 +1198,70 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 		_, err := op.js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{Durable: "seamguard-p0", FilterSubject: "seamguard.partitioned.0.*"})
 		return err
 	})
+
+	// The operator may create, pull from and delete consumers of its own
+	// on the events stream (ordered consumers, named by nats.go), but none
+	// named as the processor's: every partition's of the deployment that
+	// runs the most (deploy/kubernetes), and seamguard-invalid.
+	op.allowed(t, "create, pull from and delete a consumer of its own on the events stream", func(ctx context.Context) error {
+		oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return err
+		}
+		if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+			return err
+		}
+		return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", oc.CachedInfo().Name)
+	})
+	shipped := kubernetesPartitions(t)
+	if shipped < parts {
+		t.Fatalf("deploy/kubernetes runs %d partitions, fewer than the default %d", shipped, parts)
+	}
+	names := []string{cfg.ConsumerName(-1)}
+	for part := range shipped {
+		names = append(names, cfg.ConsumerName(part))
+	}
+	for _, name := range names {
+		op.denied(t, "create or replace the processor's consumer "+name, "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS."+name, true, func(ctx context.Context) error {
+			_, err := op.js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{
+				Name: name, FilterSubjects: []string{"seamguard.partitioned.*.s1", "seamguard.control.s1"}, AckPolicy: jetstream.AckNonePolicy,
+			})
+			return err
+		})
+		op.denied(t, "pull from the processor's consumer "+name, "$JS.API.CONSUMER.MSG.NEXT.SEAMGUARD_EVENTS."+name, true, func(ctx context.Context) error {
+			_, err := op.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.SEAMGUARD_EVENTS."+name, []byte(`{"batch":1,"no_wait":true}`))
+			return err
+		})
+		op.denied(t, "delete the processor's consumer "+name, "$JS.API.CONSUMER.DELETE.SEAMGUARD_EVENTS."+name, true, func(ctx context.Context) error {
+			return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", name)
+		})
+	}
+	proc.allowed(t, "check the processor's consumers are all there", func(ctx context.Context) error {
+		for part := range parts {
+			if _, err := proc.js.Consumer(ctx, "SEAMGUARD_EVENTS", cfg.ConsumerName(part)); err != nil {
+				return fmt.Errorf("%s: %w", cfg.ConsumerName(part), err)
+			}
+		}
+		return nil
+	})
+}
+
+// kubernetesPartitions reads SEAMGUARD_PARTITIONS of deploy/kubernetes/configmap.yaml.
+func kubernetesPartitions(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("kubernetes", "configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*SEAMGUARD_PARTITIONS:\s*"?(\d+)"?\s*$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("deploy/kubernetes/configmap.yaml sets no SEAMGUARD_PARTITIONS")
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestCluster starts the three nodes of docker-compose.yaml from

@@ -143,8 +143,11 @@ func (s Source) History(ctx context.Context, session string) ([]Entry, *Outcomes
 func (s Source) Load(ctx context.Context, session string) (*Model, error) {
 	names := s.Config.Names()
 	kv, err := s.JS.KeyValue(ctx, names.Sessions)
-	if err != nil {
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("inspect: bucket %s: %w; is seamguard deployed with this prefix?", names.Sessions, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: bucket %s: %w", names.Sessions, err)
 	}
 	e, err := kv.Get(ctx, session)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

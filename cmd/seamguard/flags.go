@@ -111,7 +111,9 @@ func (c *connFlags) validate() error {
 }
 
 // connect dials url (c.url when empty) with the options of c, and extra.
-func (c *connFlags) connect(name, url string, extra ...nats.Option) (*nats.Conn, error) {
+// The server's asynchronous errors go to d: it records the permissions
+// violations (see denials) and passes the others on.
+func (c *connFlags) connect(name, url string, d *denials, extra ...nats.Option) (*nats.Conn, error) {
 	if url == "" {
 		url = c.url
 	}
@@ -120,6 +122,8 @@ func (c *connFlags) connect(name, url string, extra ...nats.Option) (*nats.Conn,
 		opts = append(opts, nats.CustomInboxPrefix(c.inbox))
 	}
 	opts = append(opts, extra...)
+	d.user, d.inbox = c.user, c.inbox
+	opts = append(opts, nats.ErrorHandler(d.handle))
 	switch {
 	case c.creds != "":
 		opts = append(opts, nats.UserCredentials(c.creds))
@@ -142,6 +146,7 @@ func (c *connFlags) connect(name, url string, extra ...nats.Option) (*nats.Conn,
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to NATS at %s: %w; check --nats-url (or SEAMGUARD_NATS_URL) and that the server runs", url, err)
 	}
+	d.nc = nc
 	return nc, nil
 }
 

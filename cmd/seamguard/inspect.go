@@ -13,7 +13,7 @@ import (
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
-func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
@@ -63,11 +63,11 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *width < 0 {
 		return fmt.Errorf("%w: --width %d: give a number of cells, 16 or more (0 for the default)", errUsage, *width)
 	}
-	nc, js, pcfg, err := cf.open(fs, "seamguard inspect")
+	ctx, js, pcfg, err := cf.open(ctx, fs, "seamguard inspect")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer func() { rerr = cf.close(rerr) }()
 	src := inspect.Source{JS: js, Config: pcfg}
 	var m *inspect.Model
 	if *rebuild {

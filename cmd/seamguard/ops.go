@@ -29,6 +29,10 @@ const defaultURL = "nats://127.0.0.1:4222"
 type clientFlags struct {
 	conn   connFlags
 	prefix string
+
+	nc     *nats.Conn
+	denied *denials
+	stop   context.CancelFunc
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -38,32 +42,50 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.prefix, "prefix", "seamguard", "the deployment's subject prefix")
 }
 
-// open parses the common flags and connects.
-func (c *clientFlags) open(fs *flag.FlagSet, name string) (*nats.Conn, jetstream.JetStream, processor.Config, error) {
+// open parses the common flags and connects. The context it returns ends
+// with ctx, or as soon as the server refuses the connection a permission:
+// a refused request would otherwise wait out its timeout. Once open
+// succeeds, the command ends with close, which reports such a refusal.
+func (c *clientFlags) open(ctx context.Context, fs *flag.FlagSet, name string) (context.Context, jetstream.JetStream, processor.Config, error) {
 	cfg := processor.Config{Prefix: c.prefix}
 	if err := applyEnv(fs); err != nil {
-		return nil, nil, cfg, err
+		return ctx, nil, cfg, err
 	}
 	cfg.Prefix = c.prefix
 	if err := c.conn.validate(); err != nil {
-		return nil, nil, cfg, err
+		return ctx, nil, cfg, err
 	}
 	if err := cfg.Subjects().Validate(); err != nil {
-		return nil, nil, cfg, fmt.Errorf("%w: --prefix: %v", errUsage, err)
+		return ctx, nil, cfg, fmt.Errorf("%w: --prefix: %v", errUsage, err)
 	}
-	nc, err := c.conn.connect(name, "")
+	d := &denials{grants: shippedGrants(cfg), prefer: "operator", other: func(err error) { fmt.Fprintf(os.Stderr, "%s: %v\n", name, err) }}
+	nc, err := c.conn.connect(name, "", d)
 	if err != nil {
-		return nil, nil, cfg, err
+		return ctx, nil, cfg, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, cfg, err
+		return ctx, nil, cfg, err
 	}
-	return nc, js, cfg, nil
+	c.nc, c.denied = nc, d
+	ctx, c.stop = d.cancelOn(ctx, nil)
+	return ctx, js, cfg, nil
 }
 
-func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// close ends a command that open connected, and returns its error: err,
+// or the permissions the server refused, if it did (see denials.explain).
+// It waits for the server to answer everything sent first, so that no
+// refusal goes unreported.
+func (c *clientFlags) close(err error) error {
+	c.denied.settle(time.Second)
+	err = c.denied.explain(err, nil)
+	c.stop()
+	c.nc.Close()
+	return err
+}
+
+func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
 	if len(args) == 0 || args[0] != "get" {
 		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE]", errUsage)
 	}
@@ -90,11 +112,11 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fmt.Errorf("%w: spill get takes one spill name, such as my-session/1.jsonl", errUsage)
 	}
 	name := pos[0]
-	nc, js, cfg, err := cf.open(fs, "seamguard spill get")
+	ctx, js, cfg, err := cf.open(ctx, fs, "seamguard spill get")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer func() { rerr = cf.close(rerr) }()
 	store := &spill.Store{JS: js, Stream: cfg.Names().Events, Subjects: cfg.Subjects(), Bucket: cfg.Names().Spills}
 
 	var w io.Writer = stdout
@@ -146,7 +168,7 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return nil
 }
 
-func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
@@ -176,11 +198,11 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	default:
 		return fmt.Errorf("%w: --kind %q: use allowed, refused, spilled, halted, rejected or violation", errUsage, *kind)
 	}
-	nc, js, cfg, err := cf.open(fs, "seamguard watch")
+	ctx, js, cfg, err := cf.open(ctx, fs, "seamguard watch")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer func() { rerr = cf.close(rerr) }()
 	s, k := *session, *kind
 	if s == "" {
 		s = "*"
@@ -194,8 +216,11 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		oc.DeliverPolicy = jetstream.DeliverAllPolicy
 	}
 	cons, err := js.OrderedConsumer(ctx, cfg.Names().Verdicts, oc)
-	if err != nil {
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("cannot follow stream %s: %w; is seamguard serving with --prefix %s?", cfg.Names().Verdicts, err, cfg.Prefix)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot follow stream %s: %w", cfg.Names().Verdicts, err)
 	}
 	it, err := cons.Messages()
 	if err != nil {
@@ -270,7 +295,7 @@ func describeVerdict(v *events.Verdict) string {
 	return b.String()
 }
 
-func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
@@ -297,11 +322,11 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if strings.TrimSpace(*note) == "" {
 		return fmt.Errorf("%w: --note is required: say why the lost offsets are accepted (it is kept in the events stream)", errUsage)
 	}
-	nc, js, cfg, err := cf.open(fs, "seamguard resume")
+	ctx, js, cfg, err := cf.open(ctx, fs, "seamguard resume")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer func() { rerr = cf.close(rerr) }()
 	src := *source
 	if src == "" {
 		who := "operator"

@@ -19,7 +19,7 @@ import (
 // is then 1, as for any failure, and the message says which it was.
 var errDiffer = errors.New("the verdict stream differs from the derivation")
 
-func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
@@ -75,11 +75,11 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	default:
 		return fmt.Errorf("%w: --progress is %q; use auto, always or never", errUsage, *progress)
 	}
-	nc, js, pcfg, err := cf.open(fs, "seamguard replay")
+	ctx, js, pcfg, err := cf.open(ctx, fs, "seamguard replay")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer func() { rerr = cf.close(rerr) }()
 	if bar != nil {
 		opts.Progress = bar.update
 	}

@@ -229,7 +229,19 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	// A server that stops answering (cut off, paused) is noticed within
 	// about 15s, not the client's default of minutes, and serve moves to
 	// another server of the cluster while its leases can still be kept.
-	nc, err := conn.connect("seamguard serve", url, nats.ReconnectBufSize(-1),
+	// A permission the server refuses is logged once, saying which shipped
+	// identity holds it; one refused while starting stops the start at
+	// once. The durability check's request to the system account is
+	// refused to every user outside it, which it takes as no answer.
+	askSys := func(v denial) bool { return v.verb == "publish" && strings.HasPrefix(v.subject, "$SYS.REQ.") }
+	notSys := func(v denial) bool { return !askSys(v) }
+	denied := &denials{grants: shippedGrants(cfg), prefer: "processor", other: func(err error) { log.Warn("NATS reported an error", "err", err) }}
+	denied.report = func(v denial) {
+		if denied.first(v) && notSys(v) {
+			log.Error("NATS refused a permission", "refusal", denied.describe(v))
+		}
+	}
+	nc, err := conn.connect("seamguard serve", url, denied, nats.ReconnectBufSize(-1),
 		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return err
@@ -241,7 +253,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	durable := syncState{Known: true, Servers: 1}
 	if conn.url != "" {
-		durable = askSync(ctx, nc, monitorURLs, 2*time.Second)
+		askCtx, stopAsk := denied.cancelOn(ctx, askSys)
+		durable = askSync(askCtx, nc, monitorURLs, 2*time.Second)
+		stopAsk()
 	} else if sync > 0 {
 		durable.Lazy = []string{"embedded: sync_interval " + sync.String()}
 	}
@@ -259,12 +273,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		rec = metrics.New()
 		opts = append(opts, processor.WithObserver(rec))
 	}
-	p, err := processor.New(ctx, js, cfg, opts...)
+	startCtx, stopStart := denied.cancelOn(ctx, notSys)
+	p, err := processor.New(startCtx, js, cfg, opts...)
+	stopStart()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // asked to stop before it began: nothing to drain
 		}
-		return err
+		return denied.explain(err, notSys)
 	}
 	if rec != nil {
 		rec.WatchProcessor(p)
@@ -290,14 +306,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if *rebuild {
 		rep, err := p.Rebuild(ctx, true)
 		if err != nil {
-			return fmt.Errorf("rebuild: %w", err)
+			return fmt.Errorf("rebuild: %w", denied.explain(err, notSys))
 		}
 		log.Info("rebuilt session states from the events stream", "events", rep.Events, "sessions", rep.Sessions,
 			"differed", len(rep.Differ), "written", rep.Written, "republished", rep.Republished, "respilled", rep.Respilled)
 	}
 	fmt.Fprintf(stdout, "seamguard serving on %s: events on %s.events.<session>, verdicts on %s.verdicts.<session>.<kind>\n", url, cfg.Prefix, cfg.Prefix)
 	if err := p.Run(ctx); err != nil {
-		return err
+		return denied.explain(err, notSys)
 	}
 	if err := nc.Drain(); err != nil && err != nats.ErrConnectionClosed {
 		log.Warn("drain", "err", err)
