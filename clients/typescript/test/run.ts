@@ -27,7 +27,7 @@ try {
     .filter((f) => f.endsWith(".test.js"))
     .sort()
     .map((f) => join(here, f));
-  const r = spawnSync(process.execPath, ["--test", "--test-concurrency=2", ...process.argv.slice(2), ...files], {
+  const r = spawnSync(process.execPath, ["--test", "--test-concurrency=2", "--test-reporter=spec", ...process.argv.slice(2), ...files], {
     stdio: "inherit",
     env: { ...process.env, SEAMGUARD_BIN: bins.seamguard, SEAMGUARD_TESTNATS: bins.testnats, SEAMGUARD_TS_PIDFILE: pidfile },
   });
