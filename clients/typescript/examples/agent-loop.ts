@@ -20,7 +20,7 @@ import { pathToFileURL } from "node:url";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
-import { SeamguardClient, type Range, type SpillHandle } from "../src/index.js";
+import { SeamguardClient, type Range, type SpillHandle, type Verdict } from "../src/index.js";
 
 /** Tokens the working context may hold. */
 const BUDGET = 2000;
@@ -44,6 +44,8 @@ export interface LoopResult {
   refused: number;
   /** Spills written for the compactions applied: what their summaries drop. */
   spills: SpillHandle[];
+  /** Every verdict `compact` returned, in order. */
+  verdicts: Verdict[];
   /** The working context at the end: the summary, then the verbatim turns. */
   context: string[];
 }
@@ -78,7 +80,7 @@ const tokensOf = (ctx: Entry[]): number => ctx.reduce((n, e) => n + e.tokens, 0)
 export async function agentLoop(nc: NatsConnection, sessionId: string, turns: ScriptedTurn[] = scriptedTurns()): Promise<LoopResult> {
   const client = new SeamguardClient(nc, { source: "urn:agent:example/agent-loop" });
   const session = await client.open({ id: sessionId, span: KEEP });
-  const result: LoopResult = { compactions: 0, refused: 0, spills: [], context: [] };
+  const result: LoopResult = { compactions: 0, refused: 0, spills: [], verdicts: [], context: [] };
   let context: Entry[] = []; // the turns kept verbatim
   let summary: string | undefined; // a real agent keeps an LLM's summary here
 
@@ -88,22 +90,24 @@ export async function agentLoop(nc: NatsConnection, sessionId: string, turns: Sc
 
     // Budget enforcement: evict the oldest verbatim turns until the context fits, and say so.
     while (tokensOf(context) > BUDGET && context.length > KEEP) {
-      const evicted = context.shift() as Entry;
+      const evicted = context.shift()!;
       await session.truncated(evicted.range, "budget");
     }
 
     // Compaction: summarize everything before the last KEEP turns, if seamguard allows it.
     if (tokensOf(context) > THRESHOLD && context.length > KEEP) {
-      const tailStart = (context[context.length - KEEP] as Entry).range.start;
+      const first = context[0]!.range.start;
+      const tailStart = context[context.length - KEEP]!.range.start;
       const v = await session.compact(
         {
-          summarizerInput: { start: (context[0] as Entry).range.start, end: session.head }, // what the summarizer reads
+          summarizerInput: { start: first, end: session.head }, // what the summarizer reads
           summaryRange: { start: 0, end: tailStart }, // what the new summary replaces
           tailStart, // [tailStart, head) stays verbatim
           carriesPriorSummary: summary !== undefined, // the new summary folds the old one in
         },
         { timeoutMs: 10_000 },
       );
+      result.verdicts.push(v);
       if (v.kind !== "allowed") {
         result.refused++; // refused for good, or halted: keep the context as it is
         continue;

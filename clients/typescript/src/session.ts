@@ -205,14 +205,18 @@ export class Session {
   /** @internal Publishes `session.opened`; the caller checked the options. */
   async open(o: SessionOptions, call: CallOptions): Promise<void> {
     if (this.#onRejected !== undefined) {
+      let subErr: Error | undefined;
       this.#rejections = this.#core.nc.subscribe(this.#core.subjects.verdicts(this.id, "rejected"), {
         callback: (err, m) => {
-          if (err === null) this.#rejected(m.data);
+          if (err !== null) subErr = err; // a permission denied, the connection closed
+          else this.#rejected(m.data);
         },
       });
       try {
-        // The server has the subscription before the open can be rejected.
+        // The server has the subscription before the open can be rejected,
+        // or has refused it.
         await raceAbort(this.#core.nc.flush(), call.signal);
+        if (subErr !== undefined) throw subErr;
       } catch (err) {
         this.#stopListening();
         throw new NotPublishedError(
@@ -505,6 +509,7 @@ export class Session {
     });
     answer.catch(() => undefined); // awaited below, unless the publish fails first
     let sub: Subscription | undefined;
+    let subErr: Error | undefined;
     try {
       await this.#mutex.run(async () => {
         if (this.#closed) {
@@ -513,7 +518,8 @@ export class Session {
         sub = this.#core.nc.subscribe(verdictSubject, {
           callback: (err, m) => {
             if (err !== null) {
-              settle?.reject(err); // a permission denied, the connection closed
+              subErr = err; // a permission denied, the connection closed
+              settle?.reject(err);
               return;
             }
             const ev = parseVerdictEvent(m.data);
@@ -532,8 +538,10 @@ export class Session {
           },
         });
         try {
-          // The server has the subscription before the request can be decided.
+          // The server has the subscription before the request can be
+          // decided, or has refused it: then nothing is published.
           await raceAbort(this.#core.nc.flush(), signal);
+          if (subErr !== undefined) throw subErr;
         } catch (err) {
           throw new NotPublishedError(
             this.id,

@@ -14,7 +14,7 @@ import { compactLoop } from "../examples/compact-loop.js";
 import { recoverExample } from "../examples/recover.js";
 import { refuseSpillRetry } from "../examples/refuse-spill-retry.js";
 import { SeamguardClient } from "../src/index.js";
-import { natsConnect, startServe, type Serve } from "./harness.js";
+import { natsConnect, repoRoot, startServe, type Serve } from "./harness.js";
 
 describe("examples", () => {
   let serve: Serve;
@@ -36,6 +36,11 @@ describe("examples", () => {
     // before any summary saw them: the first compaction was refused with
     // coverage_hole, seamguard spilled the transcript, the retry was
     // allowed. The second compaction needed no new spill.
+    const first = r.verdicts[0];
+    assert.ok(first?.previous?.kind === "refused");
+    assert.deepEqual(first.previous.data.reasons.map((x) => [x.code, x.atRisk]), [["coverage_hole", [{ start: 0, end: 2 }]]]);
+    assert.equal(first.previous.data.next, "retry");
+    assert.equal(r.verdicts[1]?.previous, undefined, "the second compaction is allowed at once");
     assert.equal(r.spills.length, 1);
     const spill = r.spills[0];
     assert.ok(spill !== undefined);
@@ -49,6 +54,14 @@ describe("examples", () => {
     const v = await compactLoop(nc, "compact-loop");
     assert.equal(v.kind, "allowed");
     assert.equal(v.previous?.kind, "refused");
+  });
+
+  test("docs/typescript.md quotes the tested loop verbatim", () => {
+    const docs = readFileSync(join(repoRoot, "docs/typescript.md"), "utf8");
+    const example = readFileSync(join(repoRoot, "clients/typescript/examples/agent-loop.ts"), "utf8");
+    const blocks = [...docs.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1] ?? "");
+    assert.ok(blocks.length >= 2);
+    for (const b of blocks) assert.ok(example.includes(b), `not in examples/agent-loop.ts:\n${b}`);
   });
 
   test("refuse-spill-retry: carry_pins, then allowed with the pin carried", async () => {

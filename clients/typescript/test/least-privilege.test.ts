@@ -10,7 +10,7 @@ import { after, before, describe, test } from "node:test";
 
 import type { NatsConnection } from "@nats-io/transport-node";
 
-import { NoVerdictError, SeamguardClient, SpillForbiddenError } from "../src/index.js";
+import { NoVerdictError, NotPublishedError, SeamguardClient, SpillForbiddenError } from "../src/index.js";
 import { eventually, natsConnect, startServe, startTestNats, type Serve, type TestNats } from "./harness.js";
 
 describe("as the least-privilege agent identity", () => {
@@ -121,5 +121,19 @@ describe("as the least-privilege agent identity", () => {
     assert.equal(v.kind, "allowed", JSON.stringify(v.data));
     await s.close();
     assert.deepEqual(problems, [], "no permission violation");
+  });
+
+  // Last: it makes the server report a permission violation on purpose.
+  test("a subscription the identity may not make fails the call at once, before anything is published", async () => {
+    const client = new SeamguardClient(nc, { prefix: "other" }); // the agent may not hear other.verdicts.>
+    const start = Date.now();
+    await assert.rejects(client.open({ id: "elsewhere", span: 1, onRejected: () => undefined }), (err: unknown) => {
+      assert.ok(err instanceof NotPublishedError, String(err));
+      assert.equal(err.kept, false, "nothing was published");
+      assert.match(err.message, /Permissions Violation/i);
+      return true;
+    });
+    assert.ok(Date.now() - start < 2000, "not a wait for a deadline");
+    assert.ok(problems.some((p) => /other\.verdicts\.elsewhere\.rejected/.test(p)), problems.join("\n"));
   });
 });
