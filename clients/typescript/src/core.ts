@@ -4,7 +4,6 @@
  * the public API.
  *
  * @module
- * @internal
  */
 
 import { jetstream, type JetStreamClient, type PubAck } from "@nats-io/jetstream";

@@ -4,7 +4,6 @@
  * of the package's public API.
  *
  * @module
- * @internal
  */
 
 import { headers, type MsgHdrs } from "@nats-io/transport-node";

@@ -2,7 +2,6 @@
  * Small helpers: a lock, abortable waits. Not part of the public API.
  *
  * @module
- * @internal
  */
 
 /** A lock: callers run one at a time, in the order they asked. */
