@@ -205,8 +205,11 @@ export async function startServe(opts: ServeOptions = {}): Promise<Serve> {
   } else {
     args.push("--listen", "127.0.0.1:0", "--data-dir", join(dir as string, "data"), "--sync-interval", "2m");
   }
-  args.push(...(opts.args ?? []));
-  const c = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+  args.push("--log-format", "text", "--log-level", "info", ...(opts.args ?? []));
+  // serve reads a SEAMGUARD_<FLAG> variable for every flag: none of the
+  // caller's may change what the tests start.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("SEAMGUARD_")));
+  const c = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env });
   track(c, bin);
   const lines = new Lines(c);
   const cleanup = async (): Promise<void> => {
