@@ -65,9 +65,7 @@ func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
 	unit, floorUnit := l.unit.unit(), l.floorUnit.unit()
 	// Reasons are appended in the order of their codes.
 	if risk := RangeDiff(whole, Union(C, R)); !risk.IsEmpty() {
-		fail(events.ReasonCoverageHole, risk, fmt.Sprintf(
-			"offsets %s are in neither the summary's coverage %s nor the retained tail, so nothing would hold them after this compaction; put them in the summarizer's input and the summary range, or carry a prior summary that covers them",
-			FormatRanges(risk.Ranges()), FormatRanges(C.Ranges())))
+		fail(events.ReasonCoverageHole, risk, coverageHoleMessage(risk, C, T.Within(whole), l.committed, b.CarriesPriorSummary))
 	}
 	if risk := notInInput(floor); !risk.IsEmpty() {
 		fail(events.ReasonFloorNotInInput, risk, fmt.Sprintf(
@@ -108,6 +106,35 @@ func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
 	}
 	e.Coverage = C
 	return e
+}
+
+// coverageHoleMessage says why offsets risk are in neither the coverage C
+// nor the tail, and the way out that works for each cause: offsets
+// truncated before any summary covered them can no longer be summarized (a
+// truncated offset is never in the summarizer's effective input), so only a
+// spill (and the same request again) or a prior summary that covers them
+// helps; the others can still be put in the summarizer's input and the
+// summary range.
+func coverageHoleMessage(risk, C, truncated, committed RangeSet, carries bool) string {
+	lost := Intersect(risk, truncated)
+	rest := Diff(risk, lost)
+	var b strings.Builder
+	fmt.Fprintf(&b, "offsets %s are in neither the summary's coverage %s nor the retained tail, so nothing would hold them after this compaction",
+		FormatRanges(risk.Ranges()), FormatRanges(C.Ranges()))
+	if !lost.IsEmpty() {
+		fmt.Fprintf(&b, ". Of them, %s were evicted by context.truncated (truncated %s) before any summary covered them; a truncated offset is never in the summarizer's input, so no summary can cover them now",
+			FormatRanges(lost.Ranges()), FormatRanges(truncated.Ranges()))
+		if k := Intersect(lost, committed); !k.IsEmpty() && !carries {
+			fmt.Fprintf(&b, ". The committed summary covers %s: if the new summary carries it, set carries_prior_summary", FormatRanges(k.Ranges()))
+		}
+		b.WriteString(". The way out is the transcript: when this refusal holds a spill (next: retry), the spill keeps them recoverable, so send the same request again; when no spill can be written, the session halts")
+	}
+	if !rest.IsEmpty() {
+		fmt.Fprintf(&b, ". Offsets %s can still be summarized: put them in the summarizer's input and the summary range, or carry a prior summary that covers them", FormatRanges(rest.Ranges()))
+	} else if lost.IsEmpty() {
+		b.WriteString("; put them in the summarizer's input and the summary range, or carry a prior summary that covers them")
+	}
+	return b.String()
 }
 
 func intersect(a, b Range) Range {

@@ -731,10 +731,10 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 		if l.halt != nil {
 			lost = l.halt.Ranges()
 		}
-		msg := fmt.Sprintf("session %q is halted since compaction %q: offsets %s cannot be recovered; an operator must publish io.seamguard.session.resumed to accept them as lost",
+		msg := fmt.Sprintf("session %q is halted since compaction %q: offsets %s cannot be recovered; an operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost",
 			session, events.Excerpt(l.haltReq), FormatRanges(lost))
 		if l.haltReq == "" {
-			msg = fmt.Sprintf("session %q is halted since its ledger reached a limit: offsets %s cannot be vouched for; an operator must publish io.seamguard.session.resumed to accept them as lost",
+			msg = fmt.Sprintf("session %q is halted since its ledger reached a limit: offsets %s cannot be vouched for; an operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost",
 				session, FormatRanges(lost))
 		}
 		return accepted(refused(c, ev.Subject, b.RequestID, []events.Reason{{
@@ -888,10 +888,10 @@ func (l *Ledger) halted(c events.Cause, requestID string, lost RangeSet, why str
 	h := lost.Clone()
 	l.halt = &h
 	l.haltReq = requestID
-	msg := fmt.Sprintf("session halted at compaction %q: offsets %s are at risk and cannot be recovered (%s). Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note, accepting those offsets as lost",
+	msg := fmt.Sprintf("session halted at compaction %q: offsets %s are at risk and cannot be recovered (%s). Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note on the session's control subject (seamguard resume SESSION --note ...), accepting those offsets as lost",
 		events.Excerpt(requestID), FormatRanges(h.Ranges()), why)
 	if requestID == "" {
-		msg = fmt.Sprintf("session halted: its ledger reached a limit (%s), so seamguard can no longer vouch for offsets %s. Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note, accepting those offsets as lost",
+		msg = fmt.Sprintf("session halted: its ledger reached a limit (%s), so seamguard can no longer vouch for offsets %s. Every compaction is refused until an operator publishes io.seamguard.session.resumed with a note on the session's control subject (seamguard resume SESSION --note ...), accepting those offsets as lost",
 			why, FormatRanges(h.Ranges()))
 	}
 	list, total := cutRanges(h.Ranges(), lim.listed)

@@ -310,7 +310,7 @@ func (l *Ledger) concerned(ev *events.Event) RangeSet {
 func (l *Ledger) limitHit(ev *events.Event, field, what string, concerned RangeSet, lim Limits) Result {
 	c := events.CauseOf(ev)
 	rej := Rejection(c, ev.Subject, events.Errorf(events.CodeStateLimit, field,
-		"%s; seamguard can no longer vouch for session %q and halts it: offsets %s are treated as unrecoverable. An operator must publish io.seamguard.session.resumed to accept them as lost; see the ledger's limits",
+		"%s; seamguard can no longer vouch for session %q and halts it: offsets %s are treated as unrecoverable. An operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost; see the ledger's limits",
 		what, events.Excerpt(ev.Subject), FormatRanges(concerned.Ranges())))
 	if l.status == statusNew || l.status == statusClosed {
 		return Result{Outputs: []events.Output{rej}} // there is no session to halt
