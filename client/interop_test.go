@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -235,6 +236,9 @@ func natsCLI(t *testing.T) string {
 	defer os.RemoveAll(tmp)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
+	// Said on the terminal at once, not only in the test's log: on a cold
+	// module cache this is the longest wait of go test ./...
+	fmt.Fprintf(os.Stderr, "seamguard interop test: building the nats CLI (go install %s) into %s, once; on a cold module cache it downloads about 310 MB of modules and takes minutes. SEAMGUARD_NATS_CLI=skip skips it.\n", natsCLIModule, dir)
 	cmd := exec.CommandContext(ctx, goTool, "install", natsCLIModule)
 	cmd.Dir = tmp // outside this module
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-buildvcs=false")

@@ -18,7 +18,7 @@ import (
 // DefaultChunkSize is the size of the chunks Write stores a spill in when
 // Store.ChunkSize is 0 (at most half the server's largest message).
 // nats.go's own Put uses 128 KiB; a quarter as many chunks costs the server
-// a quarter of the per-message work (see the README's performance section).
+// a quarter of the per-message work (see docs/performance.md).
 const DefaultChunkSize = 512 << 10
 
 // putWindow is how many chunks of one spill may wait for their acks at

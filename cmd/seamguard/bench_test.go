@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 // TestBenchQuick runs `seamguard bench --quick` end to end, its server in a
 // child process, and checks that every measurement reported figures that
 // make sense. It asserts no target: the figures depend on the machine (and
-// on -race); the README's table comes from a full run.
+// on -race); the table in docs/performance.md comes from a full run.
 func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the quick benchmark")
