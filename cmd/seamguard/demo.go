@@ -22,6 +22,13 @@ import (
 	"github.com/seamguard/seamguard/spill"
 )
 
+// The closing hint's commands: serve, then publish the story the demo
+// plays (testdata/stories/seed-story.jsonl is session demoSession).
+const (
+	demoHintServe   = "  seamguard serve"
+	demoHintPublish = "  seamguard publish testdata/stories/seed-story.jsonl --wait"
+)
+
 // demoSession is the session the demo plays; pinnedSession plays it again
 // with the user's rule pinned.
 const (
@@ -152,10 +159,15 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		_ = json.Unmarshal([]byte(first[1]), &turn0)
 	}
 	w.printf("\nthe spill reads back whole (digest verified); its turn 0 still says:\n  %q\n", turn0.Data.Content)
-	w.printf("read it yourself, against a running `seamguard serve`:\n  seamguard spill get %s -o transcript.jsonl\n", handle.Name)
 	if err := demoPinned(ctx, nc, js, subj, w, *timeout); err != nil {
 		return err
 	}
+	// The way on to a live server: the commands, as they work (TestDemoHint
+	// runs them). The story file holds the session played first here.
+	w.printf("\nthe same against a live server, from the root of a clone of the repository:\n")
+	w.printf("%s\n    (in one terminal; it serves on %s until interrupted, its data in ./seamguard-data)\n", demoHintServe, defaultURL)
+	w.printf("%s\n    (in another: plays the story's events in and prints each verdict)\n", demoHintPublish)
+	w.printf("  seamguard spill get %s -o transcript.jsonl\n    (reads the spill back, digest verified)\n", handle.Name)
 	if *keep {
 		w.printf("\ndata kept in %s\n", dir)
 	}

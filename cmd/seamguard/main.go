@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"watch":  {"follow verdicts as they are decided", runWatch},
 	"resume": {"lift a session's halt, accepting its lost offsets (--note required)", runResume},
 
+	"publish": {"play files of events (JSON Lines) into a running seamguard; --wait prints the verdicts", runPublish},
 	"inspect": {"draw a session's ledger and its decisions (--svg FILE, --json)", runInspect},
 	"replay":  {"derive every decision again from the events stream and compare with the verdicts", runReplay},
 }
@@ -43,7 +44,8 @@ func main() {
 }
 
 // run executes one command line and returns the exit code: 0 on success, 2
-// for a usage error, 1 for any other failure.
+// for a usage error, a command's own for an exitError, 1 for any other
+// failure.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
@@ -60,6 +62,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err := cmd.run(ctx, args[1:], stdin, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "seamguard %s: %v\n", args[0], err)
+		var exit *exitError
+		if errors.As(err, &exit) {
+			return exit.code
+		}
 		if errors.Is(err, errUsage) {
 			return 2
 		}

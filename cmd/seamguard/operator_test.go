@@ -192,6 +192,7 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 
 		out, _ = ok(t, "resume", "gap-then-resume", "--note", "chunk lost upstream; accepted (OPS-311)")
 		assert.Contains(t, out, "published session.resumed")
+		assert.Contains(t, out, "offsets [1200, 1500) are waived")
 		// The processor takes the resume: the next compaction is allowed,
 		// the gap cured by the waiver.
 		publishLines(t, agent.js, []string{strings.Replace(gap[8], `"k3"`, `"k9"`, 1)})
@@ -218,7 +219,9 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 			{[]string{"replay"}, "$JS.API.STREAM.INFO.SEAMGUARD_VERDICTS"},
 			{[]string{"watch", "--all", "--max", "1"}, "$JS.API.CONSUMER.CREATE.SEAMGUARD_VERDICTS."},
 			{[]string{"spill", "get", "ops-agent-42/1.jsonl", "-o", filepath.Join(t.TempDir(), "t.jsonl")}, "$JS.API.STREAM.INFO.OBJ_seamguard-spills"},
-			{[]string{"resume", "ops-agent-42", "--note", "not mine to lift"}, "seamguard.control.ops-agent-42"},
+			// resume reads the session's state before it publishes, to
+			// report what the resume changed.
+			{[]string{"resume", "ops-agent-42", "--note", "not mine to lift"}, "$JS.API.STREAM.INFO.KV_seamguard-sessions"},
 		} {
 			args := append(tc.args, "--nats-url", url, "--user", "agent", "--password", shippedPasswords["agent"], "--inbox-prefix", "_INBOX")
 			code, out, errs, took := cliRun(t, args...)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/spill"
 )
 
@@ -295,6 +296,29 @@ func describeVerdict(v *events.Verdict) string {
 	return b.String()
 }
 
+const resumeUsage = `usage: seamguard resume SESSION --note TEXT [--timeout D]
+
+Lifts a halt: publishes session.resumed on the session's control subject, then
+waits for the processor to take it and reports what really happened. The
+offsets the halt named become waived (recorded as lost, counted as recoverable
+from then on), and the session's compactions are decided again.
+
+It reads the session's state (bucket <prefix>-sessions) before publishing, and
+again until the processor has applied the resume; a rejection comes as a
+verdict on <prefix>.verdicts.<session>.rejected. The shipped operator identity
+may do all of it.
+
+exit status:
+  0  the halt is lifted: the waived offsets are printed
+  1  failed: nothing was published, or its outcome is unknown (the message says)
+  2  usage
+  3  the processor rejected the resume (unknown_session, session_closed, ...)
+  4  the session was not halted: nothing to waive (the resume changed nothing)
+  5  published, but the processor did not take it within --timeout (it will
+     when it runs)
+
+flags:`
+
 func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -302,10 +326,9 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	cf.register(fs)
 	note := fs.String("note", "", "why the unrecoverable offsets are accepted as lost (required; kept in the audit log)")
 	source := fs.String("source", "", "CloudEvents source of the resume (default urn:seamguard:operator:<user>@<host>)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the processor to take the resume")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: seamguard resume SESSION --note TEXT")
-		fmt.Fprintln(stderr, "\nLifts a halt: the offsets the halt named become waived, and the session's")
-		fmt.Fprintln(stderr, "compactions are decided again.")
+		fmt.Fprintln(stderr, resumeUsage)
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -322,11 +345,14 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if strings.TrimSpace(*note) == "" {
 		return fmt.Errorf("%w: --note is required: say why the lost offsets are accepted (it is kept in the events stream)", errUsage)
 	}
+	if *timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %s: use a positive duration such as 30s", errUsage, *timeout)
+	}
 	ctx, js, cfg, err := cf.open(ctx, fs, "seamguard resume")
 	if err != nil {
 		return err
 	}
-	defer func() { rerr = cf.close(rerr) }()
+	defer func() { rerr = cf.finish(rerr) }()
 	src := *source
 	if src == "" {
 		who := "operator"
@@ -345,14 +371,79 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return err
 	}
+	ev, err := events.DecodeJSON(body, events.Meta{})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err) // a --note or --source over its bound
+	}
+
+	// What the session is before: halted, and on which offsets.
+	w := newWaiter(js, cf.nc, cfg, nil)
+	defer w.stop()
+	if err := w.begin(ctx); err != nil {
+		return err
+	}
+	before, _, err := w.state(ctx, session)
+	if err != nil {
+		return err
+	}
+	if err := w.watch(ctx, session); err != nil {
+		return err
+	}
+
 	// The control subject: only there does a resume count (deployments
 	// grant it to operators alone).
 	m := nats.NewMsg(cfg.Subjects().Control(session))
 	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	m.Data = body
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
+	ack, err := publishRetrying(ctx, js, m, id)
+	if err != nil {
 		return fmt.Errorf("publishing the resume: %w", err)
 	}
-	fmt.Fprintf(stdout, "published session.resumed %s for session %s; its halted offsets are now waived\n", id, session)
-	return nil
+	fmt.Fprintf(stdout, "published session.resumed %s for session %s (stream %s, sequence %d); waiting for the processor\n", id, session, ack.Stream, ack.Sequence)
+	if ack.Duplicate {
+		return fmt.Errorf("the events stream took the resume %s as a duplicate of one it holds, so the processor will not see it again: run resume again", id)
+	}
+	w.sent("resume", ev, ack)
+	if err := w.wait(ctx, *timeout); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitNoAnswer {
+			return &exitError{exitNoAnswer, fmt.Errorf("the resume is published (stream %s, sequence %d), but the processor did not take it within %s: is seamguard serve running, with --prefix %s? It takes the resume when it runs; seamguard inspect %s then shows whether the halt is lifted",
+				ack.Stream, ack.Sequence, *timeout, cfg.Prefix, session)}
+		}
+		return err
+	}
+	if r := w.byID[id].rejection; r != nil {
+		hint := ""
+		switch r.Code {
+		case events.CodeUnknownSession:
+			hint = "; the processor knows no session of that id: check it (seamguard watch --all --session ID shows a session's verdicts)"
+		case events.CodeSessionClosed:
+			hint = "; a closed session has no halt to lift"
+		}
+		return &exitError{exitRejected, fmt.Errorf("the processor rejected the resume of session %s: %s: %s%s", session, r.Code, termSafe(r.Message), hint)}
+	}
+
+	after := w.sessions[session].state
+	bv, av := before.Ledger.View(), after.Ledger.View()
+	waived := ledger.Diff(av.Waived, bv.Waived)
+	wasHalted := bv.Status == "halted"
+	switch {
+	case waived.Len() > 0 || wasHalted && av.Status != "halted":
+		since := ""
+		if bv.HaltRequest != "" {
+			since = fmt.Sprintf(" (since compaction %q)", termSafe(bv.HaltRequest))
+		}
+		what := "it named no offsets, so nothing is waived"
+		if waived.Len() > 0 {
+			what = "offsets " + lostOffsets(waived) + " are waived: recorded as lost, and counted as recoverable from now on"
+		}
+		fmt.Fprintf(stdout, "session %s resumed: its halt%s is lifted; %s\n", session, since, what)
+		if av.Status == "halted" {
+			fmt.Fprintf(stdout, "session %s is halted again since, by compaction %q: seamguard inspect %s\n", session, termSafe(av.HaltRequest), session)
+		}
+		return nil
+	case av.Status == "halted":
+		return fmt.Errorf("session %s is still halted (since compaction %q) after the resume: seamguard inspect %s shows why", session, termSafe(av.HaltRequest), session)
+	}
+	return &exitError{exitNotHalted, fmt.Errorf("session %s was not halted: nothing to waive; the resume is recorded (sequence %d) and changed nothing", session, ack.Sequence)}
 }

@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/processor"
+)
+
+// live is a real nats-server with `seamguard serve` running against it,
+// in-process, both stopped when the test ends.
+type live struct {
+	url string
+	js  jetstream.JetStream
+}
+
+// startLive starts an embedded server and serve on it, with the source
+// check's test runs use, so that verdicts compare equal.
+func startLive(t *testing.T) *live {
+	t.Helper()
+	srv := embedded.StartTest(t)
+	url := srv.Server.ClientURL()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan int, 1)
+	var out, errs lockedBuffer
+	go func() {
+		served <- run(ctx, []string{"serve", "--nats-url", url, "--source", "urn:seamguard:test", "--log-level", "error"}, strings.NewReader(""), &out, &errs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-served:
+			assert.Equal(t, 0, code, errs.String())
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop after its context was cancelled")
+		}
+	})
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "seamguard serving on") }, 20*time.Second, 10*time.Millisecond, errs.String())
+	return &live{url: url, js: srv.JS}
+}
+
+// cli runs one command line against the live server.
+func (l *live) cli(t *testing.T, args ...string) (code int, stdout, stderr string, took time.Duration) {
+	t.Helper()
+	return cliRun(t, append(args, "--nats-url", l.url)...)
+}
+
+// streamMsgCount is how many messages stream holds.
+func streamMsgCount(t *testing.T, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+// writeStory writes lines to a file of t's and returns its path.
+func writeStory(t *testing.T, name string, lines []string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	return path
+}
+
+// TestPublishSeedStory plays the seed story into a live serve, in either
+// content mode, and holds the verdicts in the verdict stream to the offline
+// check's of the same lines, verdict for verdict (spill digests included);
+// --wait prints the refusal of coverage_hole [0, 8), then the retry
+// allowed. Publishing the file again adds no event: every id is in the
+// stream's dedupe window, and the run says so.
+func TestPublishSeedStory(t *testing.T) {
+	l := startLive(t)
+	story := filepath.Join(storiesDir, "seed-story.jsonl")
+	seed := readLines(t, story)
+	var binary []string // the same story as another session, in binary mode
+	for _, line := range seed {
+		binary = append(binary, renameLine(line, 1))
+	}
+	binaryStory := writeStory(t, "seed-binary.jsonl", binary)
+
+	code, out, errs, took := l.cli(t, "publish", story, "--wait")
+	require.Equal(t, 0, code, errs)
+	assert.Less(t, took, 10*time.Second)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	assert.Regexp(t, `^\S+seed-story.jsonl:55 ops-agent-42 +spilled +ops-agent-42/1.jsonl: \[0, 52\), 55 events`, lines[0])
+	assert.Regexp(t, `^\S+seed-story.jsonl:55 ops-agent-42 +refused +compact-1: coverage_hole \[0, 8\); spill ops-agent-42/1.jsonl; next retry$`, lines[1])
+	assert.Regexp(t, `^\S+seed-story.jsonl:56 ops-agent-42 +allowed +compact-1: summary \[8, 40\).*cured \[coverage_hole\] by ops-agent-42/1.jsonl$`, lines[2])
+	assert.Contains(t, errs, "published 57 event(s) of 1 session(s)")
+	assert.Contains(t, errs, "the processor handled them all: 1 allowed, 1 refused, 1 spilled, 0 halted, 0 rejected, 0 violation(s)")
+
+	code, out, errs, _ = l.cli(t, "publish", "--binary", binaryStory, "--wait")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "seed-binary.jsonl:55 ops-agent-42-c1")
+	assert.Contains(t, out, "cured [coverage_hole] by ops-agent-42-c1/1.jsonl")
+
+	got, counts := verdictBodies(t, l.js)
+	want := offlineVerdicts(t, append(seed, binary...))
+	assert.Equal(t, want, got, "the served verdicts are the offline check's")
+	for id, n := range counts {
+		assert.Equal(t, 1, n, "verdict %s published once", id)
+	}
+
+	// Again: nothing is added, nothing is decided again, and --wait does
+	// not wait for verdicts that cannot come.
+	before := streamMsgCount(t, l.js, "SEAMGUARD_EVENTS")
+	code, out, errs, took = l.cli(t, "publish", story, "--wait")
+	require.Equal(t, 0, code, errs)
+	assert.Less(t, took, 5*time.Second)
+	assert.Equal(t, before, streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"), "no event added")
+	assert.Contains(t, errs, "published 0 event(s) of 1 session(s); 57 more were in the events stream already")
+	assert.Contains(t, errs, "nothing new for the processor to decide")
+	assert.Contains(t, out, "seed-story.jsonl:55 ops-agent-42 duplicate: compact-1 was published before")
+	after, _ := verdictBodies(t, l.js)
+	assert.Equal(t, got, after, "no verdict added")
+}
+
+// TestPublishGapThenResume plays the gap story: its session.resumed (line
+// 8) goes to the control subject, where it lifts the halt: the compaction
+// after it is allowed, the gap cured by the waiver.
+func TestPublishGapThenResume(t *testing.T) {
+	l := startLive(t)
+	code, out, errs, _ := l.cli(t, "publish", filepath.Join(storiesDir, "gap-then-resume.jsonl"), "--wait")
+	require.Equal(t, 0, code, errs)
+	for _, want := range []string{
+		`gap-then-resume.jsonl:5 gap-then-resume      halted    k1: unrecoverable [1200, 1500)`,
+		`gap-then-resume.jsonl:6 gap-then-resume      refused   k2: session_halted [1200, 1500); next none`,
+		`gap-then-resume.jsonl:7 gap-then-resume      violation k1:`,
+		`gap-then-resume.jsonl:9 gap-then-resume      allowed   k3: summary [0, 4500), tail from 4500, head 7000; cured [sequence_gap]`,
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "rejected")
+	s, err := l.js.Stream(context.Background(), "SEAMGUARD_EVENTS")
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(context.Background(), "seamguard.control.gap-then-resume")
+	require.NoError(t, err, "the resume is on the control subject")
+	assert.Contains(t, string(m.Data), `"id":"gap-then-resume-0008"`)
+	assert.Equal(t, "gap-then-resume-0008", m.Header.Get(jetstream.MsgIDHeader))
+}
+
+// TestPublishBadLines: a line that is not an event stops the run at once,
+// naming FILE:LINE, the field and the fix, with nothing of it or after it
+// published; --keep-going skips it, publishes the rest, and still exits 1.
+// An event the processor rejects (its session never opened) is printed
+// with --wait, and the exit status says so.
+func TestPublishBadLines(t *testing.T) {
+	l := startLive(t)
+	seed := readLines(t, filepath.Join(storiesDir, "seed-story.jsonl"))
+	bad := strings.Replace(seed[2], `"offset":1,`, `"offset":"one",`, 1)
+	require.NotEqual(t, seed[2], bad)
+	story := writeStory(t, "bad.jsonl", []string{seed[0], seed[1], bad, seed[3], "", "{not json"})
+
+	code, out, errs, _ := l.cli(t, "publish", story)
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, "seamguard publish: 2 bad lines; nothing was published (--keep-going publishes the other lines):\n")
+	assert.Regexp(t, `\n  \S+bad.jsonl:3: data.offset: .*\(bad_data\)\n  \S+bad.jsonl:6: the line: .*\(malformed\)\n$`, errs)
+	assert.NotContains(t, errs, "goroutine")
+	assert.Equal(t, uint64(0), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"), "a file is published whole or not at all")
+
+	// Standard input is checked as it is read: the run stops at the bad
+	// line, the lines before it published.
+	var in strings.Builder
+	for _, line := range []string{seed[0], seed[1], bad, seed[3]} {
+		in.WriteString(line + "\n")
+	}
+	var stdout, stderr strings.Builder
+	code = run(context.Background(), []string{"publish", "-", "--nats-url", l.url}, strings.NewReader(in.String()), &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Regexp(t, `seamguard publish: stdin:3: data.offset: .*\(bad_data\); nothing from this line on was published \(--keep-going skips bad lines\)\n\(before that: published 2 event\(s\) of 1 session\(s\)\)`, stderr.String())
+	assert.Equal(t, uint64(2), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"))
+
+	code, _, errs, _ = l.cli(t, "publish", story, "--keep-going")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "bad.jsonl:3: data.offset:")
+	assert.Regexp(t, `bad.jsonl:6: the line: .*\(malformed\)`, errs)
+	assert.Regexp(t, `2 bad line\(s\) skipped, not published: \S+bad.jsonl:3, \S+bad.jsonl:6`, errs)
+	assert.Contains(t, errs, "published 1 event(s) of 1 session(s); 2 more were in the events stream already")
+	assert.Equal(t, uint64(3), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"))
+
+	// Well-formed, but for a session never opened: the processor rejects it.
+	orphan := writeStory(t, "orphan.jsonl", []string{renameLine(seed[1], 7)})
+	code, out, errs, _ = l.cli(t, "publish", orphan, "--wait")
+	assert.Equal(t, exitRejected, code, errs)
+	assert.Regexp(t, `orphan.jsonl:1 ops-agent-42-c7 +rejected  unknown_session subject \(seq 4\): session "ops-agent-42-c7" has not been opened`, out)
+	assert.Contains(t, errs, "the processor rejected 1 of the events published (printed above)")
+
+	code, _, errs, _ = l.cli(t, "publish")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "publish takes one or more files")
+	code, _, errs, _ = l.cli(t, "publish", "/nonexistent/story.jsonl")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "cannot read /nonexistent/story.jsonl")
+}
+
+// TestPublishBinaryEncoding: a binary-mode message percent-encodes what
+// the binding asks (space, '"', '%', control and non-ASCII bytes), and the
+// processor's decoder reads back the event the line holds.
+func TestPublishBinaryEncoding(t *testing.T) {
+	line := []byte(`{"specversion":"1.0","id":"e 1%\"x","source":"urn:agent:dé mo/\u0007w","type":"io.seamguard.session.opened","subject":"s1","time":"2026-11-02T09:00:01Z","tenant":"a b","datacontenttype":"application/json","data":{"unit":"turns","recovery_floor":{"span":4,"unit":"turns"}}}`)
+	want, err := events.DecodeJSON(line, events.Meta{})
+	require.NoError(t, err)
+	p := &publisher{subj: events.Subjects{}, binary: true}
+	m, err := p.message(want, line)
+	require.NoError(t, err)
+	assert.Equal(t, "seamguard.events.s1", m.Subject)
+	assert.Equal(t, "e%201%25%22x", m.Header.Get("ce-id"))
+	assert.Equal(t, "urn:agent:d%C3%A9%20mo/%07w", m.Header.Get("ce-source"))
+	assert.Equal(t, "a%20b", m.Header.Get("ce-tenant"))
+	assert.Equal(t, "application/json", m.Header.Get("Content-Type"))
+	got, err := events.DecodeMsg(m.Subject, m.Header, m.Data, events.Subjects{})
+	require.NoError(t, err)
+	assert.Equal(t, want.ID, got.ID)
+	assert.Equal(t, want.Source, got.Source)
+	assert.Equal(t, want.Type, got.Type)
+	assert.Equal(t, want.Time, got.Time)
+	assert.Equal(t, want.Body, got.Body)
+	assert.Equal(t, want.Extensions, got.Extensions)
+
+	resumed := []byte(`{"specversion":"1.0","id":"r1","source":"urn:op","type":"io.seamguard.session.resumed","subject":"s1","data":{"note":"ok"}}`)
+	ev, err := events.DecodeJSON(resumed, events.Meta{})
+	require.NoError(t, err)
+	for _, binary := range []bool{false, true} {
+		m, err := (&publisher{binary: binary}).message(ev, resumed)
+		require.NoError(t, err)
+		assert.Equal(t, "seamguard.control.s1", m.Subject, "a resume goes to the control subject")
+	}
+
+	assert.Equal(t, `a\x1b[2Jb\x07\u202e\n`, termSafe("a\x1b[2Jb\a\u202e\n"))
+	assert.Equal(t, "plain: [0, 8) é", termSafe("plain: [0, 8) é"))
+}
+
+// TestResume runs resume against a live serve in each case the processor
+// can answer, and checks the report and the exit status of each.
+func TestResume(t *testing.T) {
+	l := startLive(t)
+	gap := readLines(t, filepath.Join(storiesDir, "gap-then-resume.jsonl"))
+	seed := readLines(t, filepath.Join(storiesDir, "seed-story.jsonl"))
+	closed := []string{
+		renameLine(seed[0], 3),
+		`{"specversion":"1.0","id":"closing-c3","source":"urn:agent:demo/worker-1","type":"io.seamguard.session.closed","subject":"ops-agent-42-c3","data":{}}`,
+	}
+	code, _, errs, _ := l.cli(t, "publish", "--wait", writeStory(t, "setup.jsonl", append(append(gap[:6:6], seed[:3]...), closed...)))
+	require.Equal(t, 0, code, errs)
+
+	t.Run("halted", func(t *testing.T) {
+		code, out, errs, took := l.cli(t, "resume", "gap-then-resume", "--note", "chunk lost upstream (OPS-311)")
+		require.Equal(t, 0, code, errs)
+		assert.Less(t, took, 5*time.Second)
+		assert.Regexp(t, `published session.resumed resume-\S+ for session gap-then-resume \(stream SEAMGUARD_EVENTS, sequence \d+\)`, out)
+		assert.Contains(t, out, `session gap-then-resume resumed: its halt (since compaction "k1") is lifted; offsets [1200, 1500) are waived: recorded as lost, and counted as recoverable from now on`)
+		// The next compaction is decided again, and allowed.
+		code, out, errs, _ = l.cli(t, "publish", "--wait", writeStory(t, "k9.jsonl", []string{strings.Replace(strings.Replace(gap[8], `"k3"`, `"k9"`, 1), "-0009", "-0099", 1)}))
+		require.Equal(t, 0, code, errs)
+		assert.Contains(t, out, "allowed   k9: summary [0, 4500), tail from 4500, head 7000; cured [sequence_gap]")
+	})
+	t.Run("not halted", func(t *testing.T) {
+		code, out, errs, _ := l.cli(t, "resume", "ops-agent-42", "--note", "just in case")
+		assert.Equal(t, exitNotHalted, code, errs)
+		assert.Contains(t, out, "published session.resumed")
+		assert.Contains(t, errs, "session ops-agent-42 was not halted: nothing to waive; the resume is recorded (sequence")
+		assert.NotContains(t, out+errs, "waived [")
+	})
+	t.Run("unknown", func(t *testing.T) {
+		code, _, errs, _ := l.cli(t, "resume", "no-such-session", "--note", "typo")
+		assert.Equal(t, exitRejected, code, errs)
+		assert.Contains(t, errs, `the processor rejected the resume of session no-such-session: unknown_session: session "no-such-session" has not been opened`)
+		assert.Contains(t, errs, "check it")
+	})
+	t.Run("closed", func(t *testing.T) {
+		code, _, errs, _ := l.cli(t, "resume", "ops-agent-42-c3", "--note", "too late")
+		assert.Equal(t, exitRejected, code, errs)
+		assert.Contains(t, errs, `the processor rejected the resume of session ops-agent-42-c3: session_closed: session "ops-agent-42-c3" is closed`)
+	})
+	t.Run("usage", func(t *testing.T) {
+		code, _, errs, _ := l.cli(t, "resume", "gap-then-resume")
+		assert.Equal(t, 2, code)
+		assert.Contains(t, errs, "--note is required")
+		code, _, errs, _ = l.cli(t, "resume", "bad id", "--note", "x")
+		assert.Equal(t, 2, code, errs)
+	})
+}
+
+// TestResumeAndPublishWithoutProcessor: the streams exist but no processor
+// runs. resume and publish --wait publish, wait their --timeout, and say
+// that nothing answered and what to check, with their own exit status.
+func TestResumeAndPublishWithoutProcessor(t *testing.T) {
+	srv := embedded.StartTest(t)
+	_, err := processor.New(context.Background(), srv.JS, processor.Config{})
+	require.NoError(t, err) // provisions the streams and buckets, never runs
+	url := srv.Server.ClientURL()
+
+	code, out, errs, took := cliRun(t, "resume", "gap-then-resume", "--note", "x", "--timeout", "700ms", "--nats-url", url)
+	assert.Equal(t, exitNoAnswer, code, errs)
+	assert.Less(t, took, 3*time.Second)
+	assert.Contains(t, out, "published session.resumed")
+	assert.Regexp(t, `the resume is published \(stream SEAMGUARD_EVENTS, sequence 1\), but the processor did not take it within 700ms: is seamguard serve running, with --prefix seamguard\?`, errs)
+
+	code, _, errs, took = cliRun(t, "publish", filepath.Join(storiesDir, "seed-story.jsonl"), "--wait", "--timeout", "700ms", "--nats-url", url)
+	assert.Equal(t, exitNoAnswer, code, errs)
+	assert.Less(t, took, 4*time.Second)
+	assert.Contains(t, errs, "published 57 event(s) of 1 session(s)")
+	assert.Contains(t, errs, "everything is published, but the processor answered nothing for 700ms; still unanswered:")
+	assert.Contains(t, errs, "seed-story.jsonl:55 (compaction.requested compact-1)")
+	assert.Contains(t, errs, "seed-story.jsonl:57 (compaction.committed, session ops-agent-42 at stream sequence 58")
+
+	// No deployment at all: nothing is published, and the message says why.
+	bare := embedded.StartTest(t)
+	code, out, errs, _ = cliRun(t, "resume", "s1", "--note", "x", "--nats-url", bare.Server.ClientURL())
+	assert.Equal(t, 1, code)
+	assert.NotContains(t, out, "published")
+	assert.Contains(t, errs, "there is no session bucket seamguard-sessions")
+}
+
+// TestPublishShippedIdentities publishes as the shipped agent identity: its
+// events go in, and the gap story's session.resumed, which only the
+// operator may publish, stops the run at its line, saying which line, what
+// was refused and who may.
+func TestPublishShippedIdentities(t *testing.T) {
+	url := startShipped(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan int, 1)
+	var serveOut, serveErr lockedBuffer
+	go func() {
+		served <- run(ctx, []string{"serve", "--nats-url", url, "--user", "processor", "--password", shippedPasswords["processor"], "--log-level", "error"},
+			strings.NewReader(""), &serveOut, &serveErr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-served:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop after its context was cancelled")
+		}
+	})
+	require.Eventually(t, func() bool { return strings.Contains(serveOut.String(), "seamguard serving on") }, 20*time.Second, 10*time.Millisecond, serveErr.String())
+
+	asAgent := []string{"--nats-url", url, "--user", "agent", "--password", shippedPasswords["agent"], "--inbox-prefix", "_INBOX"}
+	code, _, errs, took := cliRun(t, append([]string{"publish", filepath.Join(storiesDir, "gap-then-resume.jsonl")}, asAgent...)...)
+	assert.Equal(t, 1, code)
+	assert.Less(t, took, 3*time.Second, errs)
+	assert.Regexp(t, regexp.QuoteMeta(`gap-then-resume.jsonl:8: publishing session.resumed gap-then-resume-0008 on seamguard.control.gap-then-resume was refused: permission denied: user "agent" may not publish to "seamguard.control.gap-then-resume"`), errs)
+	assert.Contains(t, errs, "the shipped operator identity (deploy/nats/permissions.conf) may")
+	assert.Equal(t, 1, strings.Count(errs, "permission denied"), errs)
+
+	nc, err := nats.Connect(url, nats.UserInfo("operator", shippedPasswords["operator"]), nats.CustomInboxPrefix(operatorInbox))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(7), streamMsgCount(t, js, "SEAMGUARD_EVENTS"), "the 7 lines before the resume")
+}
+
+// TestDemoHint runs the commands the demo's closing hint prints, as
+// printed, one after the other, in a folder laid out as a clone of the
+// repository: serve (on a free port: the only flag added), publish the
+// story, read the spill back.
+func TestDemoHint(t *testing.T) {
+	code, out, stderr := runCLI(t, "", "demo")
+	require.Equal(t, 0, code, stderr)
+	_, hint, ok := strings.Cut(out, "the same against a live server, from the root of a clone of the repository:\n")
+	require.True(t, ok, out)
+	var cmds [][]string
+	for _, line := range strings.Split(hint, "\n") {
+		if rest, ok := strings.CutPrefix(line, "  seamguard "); ok {
+			cmds = append(cmds, strings.Fields(rest))
+		}
+	}
+	require.Len(t, cmds, 3, hint)
+	require.Equal(t, []string{"serve"}, cmds[0])
+	require.Equal(t, "publish", cmds[1][0])
+	require.Equal(t, []string{"spill", "get", "ops-agent-42/1.jsonl", "-o", "transcript.jsonl"}, cmds[2])
+
+	root := t.TempDir()
+	story, err := os.ReadFile(filepath.Join(storiesDir, "seed-story.jsonl"))
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "testdata", "stories"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "testdata", "stories", "seed-story.jsonl"), story, 0o644))
+	t.Chdir(root)
+	for _, k := range []string{"SEAMGUARD_NATS_URL", "SEAMGUARD_PREFIX", "SEAMGUARD_DATA_DIR", "SEAMGUARD_LISTEN"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan int, 1)
+	var serveOut, serveErr lockedBuffer
+	go func() {
+		served <- run(ctx, append(cmds[0], "--listen", "127.0.0.1:0", "--log-level", "error"), strings.NewReader(""), &serveOut, &serveErr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-served:
+			assert.Equal(t, 0, code, serveErr.String())
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}()
+	re := regexp.MustCompile(`seamguard serving on (nats://127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool { return re.MatchString(serveOut.String()) }, 20*time.Second, 10*time.Millisecond, serveErr.String())
+	// The hint's clients use the default URL; this test's serve is on a
+	// free port, which the environment variable names.
+	t.Setenv("SEAMGUARD_NATS_URL", re.FindStringSubmatch(serveOut.String())[1])
+
+	code, out, errs, _ := cliRun(t, cmds[1]...)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "testdata/stories/seed-story.jsonl:55 ops-agent-42         refused   compact-1: coverage_hole [0, 8); spill ops-agent-42/1.jsonl; next retry")
+	code, _, errs, _ = cliRun(t, cmds[2]...)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "verified ops-agent-42/1.jsonl")
+	b, err := os.ReadFile(filepath.Join(root, "transcript.jsonl"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "Do not touch anything under /etc.")
+	_, err = os.Stat(filepath.Join(root, "seamguard-data"))
+	assert.NoError(t, err, "serve keeps its data where the hint says")
+}
