@@ -48,6 +48,27 @@
 // redeliveries are then skipped.
 // The ack deadline is extended while a spill runs.
 //
+// # Files
+//
+// An input goes through the files in this order: package events decodes it,
+// then
+//
+//   - fetch.go: a partition's fetcher, its lease and its ack window, the
+//     routing of each input to its session's shard;
+//   - shard.go: a shard's batch, from the decisions to the acks;
+//   - sessions.go: loading a session's state, the lease check, storing with
+//     compare-and-swap;
+//   - catchup.go: applying from the stream what was delivered elsewhere;
+//   - step.go: one decision (package ledger's Step) and the spill it asks
+//     for (package spill);
+//   - publish.go: publishing verdicts and confirming their acks;
+//   - ackwindow.go, lease.go: the ack window and the partition leases;
+//   - retry.go: which failures are waited out, and for how long.
+//
+// runtime.go starts and stops it all (New, Run); provision.go makes the
+// streams and buckets, rebuild.go rebuilds state from the events stream,
+// recover.go serves agents their spills, state.go is the bucket's format.
+//
 // # Hand-overs
 //
 // A partition is consumed by the instance holding its lease (see leases).

@@ -1,0 +1,124 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+// This file holds catch-up: a session whose state may be behind what was
+// delivered elsewhere reads its inputs from the events stream, in stream
+// order, before its next decision.
+
+// catchUp applies, in stream order, the session's messages after its last
+// applied sequence up to limit, reading them from the stream, and queues
+// their outputs on pubs. Messages up to the horizon may be pending after a
+// delivery that never arrived (to a process that died, over a lost
+// connection): JetStream redelivers them only once their ack deadline
+// passes, after later messages of the session, which the sequence check
+// would then skip although they were never applied. Applied here, in order,
+// their redeliveries are skipped and acknowledged (a rejected one is then
+// acked rather than terminated). On an error the session leaves the cache,
+// so that its stored state is read again.
+func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
+	p := s.p
+	r := p.reader(p.subj.SessionFilters(sess.id)) // the subjects the stream holds its inputs under
+	for sess.seq < limit {
+		raw, err := r.next(ctx, b, sess.seq+1)
+		if err != nil {
+			s.drop(sess.id)
+			return err
+		}
+		if raw == nil || raw.Sequence > limit {
+			return nil
+		}
+		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
+		p.caughtUp.Add(1)
+		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+			return s.spill(ctx, b, m, sess, req)
+		})
+		if err != nil {
+			s.drop(sess.id)
+			return err
+		}
+		for _, o := range outs {
+			pub, err := p.publish(ctx, b, o)
+			if err != nil {
+				return err
+			}
+			*pubs = append(*pubs, pub)
+		}
+		sess.seq = raw.Sequence
+	}
+	return nil
+}
+
+// streamReader reads the events stream's messages matching any of its
+// filters in stream order, one direct lookup per filter and message: what
+// a filter found beyond the sequence asked for is kept, and a filter that
+// found nothing is not asked again (its readers look no further than what
+// the stream held when they began).
+type streamReader struct {
+	p       *Processor
+	filters []string
+	ahead   []*jetstream.RawStreamMsg
+	done    []bool
+}
+
+func (p *Processor) reader(filters []string) *streamReader {
+	filters = slices.DeleteFunc(slices.Clone(filters), func(f string) bool { return f == "" })
+	return &streamReader{p: p, filters: filters, ahead: make([]*jetstream.RawStreamMsg, len(filters)), done: make([]bool, len(filters))}
+}
+
+// next returns the first message at or after seq that matches a filter, or
+// nil when there is none.
+func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstream.RawStreamMsg, error) {
+	best := -1
+	for i, f := range r.filters {
+		if r.done[i] {
+			continue
+		}
+		if r.ahead[i] == nil || r.ahead[i].Sequence < seq {
+			m, err := r.p.nextMsg(ctx, b, seq, f)
+			if err != nil {
+				return nil, err
+			}
+			if m == nil {
+				r.done[i] = true
+				continue
+			}
+			r.ahead[i] = m
+		}
+		if best < 0 || r.ahead[i].Sequence < r.ahead[best].Sequence {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, nil
+	}
+	return r.ahead[best], nil
+}
+
+// nextMsg reads the first message of the events stream at or after seq
+// whose subject matches subject (a filter), retrying failures until ctx
+// ends (then its error); nil when there is none.
+func (p *Processor) nextMsg(ctx context.Context, b *budget, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
+	for attempt := 0; ; attempt++ {
+		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case err == nil:
+			return raw, nil
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, nil
+		}
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return nil, fmt.Errorf("processor: reading %s at %d from the events stream: %w", subject, seq, rerr)
+		}
+		p.log.Warn("reading the events stream failed; retrying", "subject", subject, "seq", seq, "err", err)
+	}
+}

@@ -1,0 +1,419 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// This file holds fetching and leases: one goroutine per partition takes
+// the partition's lease, fetches a batch from its durable consumer, keeps the
+// ack window of what it delivered, notices a break in delivery (a lost
+// message, a partition that changed hands) and sends every input to the
+// shard that owns its session.
+
+// fetch pulls one consumer's messages and hands them to their shards until
+// ctx (drain) or hard (abort) ends, while this instance holds the lease of
+// its partition, part (-1 for the consumer of subjects that name no
+// session, which every instance reads). It returns an error only when the
+// consumer is gone.
+func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, part int, lease *leases, shards []*shard) error {
+	name := cons.CachedInfo().Name
+	// A message delivered before but not acknowledged (to a process that
+	// died, to an instance that lost the partition, or lost on the way with
+	// a connection or a restarted server) is redelivered only when its ack
+	// deadline passes, interleaved with new messages: later messages of its
+	// session may arrive first. horizon is the highest stream sequence such
+	// a message may have; every session catches up to it from the stream
+	// before it goes on (see catchUp), after reading its stored state again
+	// (another instance may have moved it on). horizon is raised to what the
+	// consumer has delivered whenever this instance's delivery sequence
+	// breaks, which is how a lost delivery or a partition that changed hands
+	// shows.
+	//
+	// Before the first fetch after taking the partition's lease, the
+	// consumer's state says what was delivered before: if some of it is
+	// unacknowledged, horizon rises to the highest stream sequence
+	// delivered; if none is, nothing can be pending elsewhere. Either way
+	// the next delivery must follow on from that state, or the sequence has
+	// broken.
+	win := &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}
+	send := func(subject string, d delivery) {
+		s := shards[shardOf(subject, len(shards))]
+		select {
+		case s.q <- d:
+		case <-hard.Done():
+		}
+	}
+	var horizon, lastDelivery, epoch uint64
+	// takeOver reads the consumer's state when this instance begins to
+	// consume it (at the start, or on taking the partition's lease): what
+	// was delivered before and is still pending must be in the window
+	// before anything delivered here is acknowledged.
+	errStopped := errors.New("stopped")
+	takeOver := func() error {
+		either, stop := context.WithCancel(hard)
+		defer context.AfterFunc(ctx, stop)()
+		h, last, floor, err := p.startState(either, cons)
+		stopped := either.Err() != nil
+		stop()
+		switch {
+		case err != nil && stopped:
+			return errStopped
+		case err != nil:
+			err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, err)
+			p.log.Error("consumer stopped", "err", err)
+			return err
+		}
+		lastDelivery = last
+		if h > 0 {
+			horizon = max(horizon, h)
+			for _, m := range p.adopt(hard, cons, part, win, floor, h) {
+				m.part, m.epoch = part, epoch
+				send(p.route(m.markSubject), m)
+			}
+		}
+		return nil
+	}
+	if part < 0 {
+		if err := takeOver(); err != nil {
+			if err == errStopped {
+				return nil // stopped before it began
+			}
+			return err
+		}
+	}
+	dispatch := func(msg jetstream.Msg) {
+		meta, merr := msg.Metadata()
+		var marks []delivery
+		if merr == nil {
+			if meta.Sequence.Consumer != lastDelivery+1 {
+				delivered, floor := p.delivered(hard, cons)
+				h := max(delivered, meta.Sequence.Stream)
+				if lastDelivery != 0 {
+					p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
+						"consumer", name, "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
+				}
+				horizon = max(horizon, h)
+				marks = p.adopt(hard, cons, part, win, floor, h)
+			}
+			lastDelivery = meta.Sequence.Consumer
+		}
+		d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now(), part: part, epoch: epoch}
+		switch {
+		case merr == nil && p.foreign(msg.Subject(), part):
+			// Another partition's session's resume: its own consumer
+			// decides it; here it is only finished, in its place.
+			win.add(meta.Sequence.Stream, msg)
+			win.finish(meta.Sequence.Stream, msg, "")
+			for _, a := range win.release() {
+				p.sendAck(a)
+			}
+		case merr == nil:
+			d.win = win
+			win.add(meta.Sequence.Stream, msg)
+			send(p.route(msg.Subject()), d)
+		default:
+			send(p.route(msg.Subject()), d)
+		}
+		for i := range marks {
+			marks[i].part, marks[i].epoch = part, epoch
+		}
+		// The markers follow the message that showed the break, so that it
+		// is decided on its own delivery, not caught up ahead of it.
+		for _, m := range marks {
+			send(p.route(m.markSubject), m)
+		}
+	}
+
+	// Fetch in batches rather than keep a pull request open: a fetch ends
+	// with the server's own answer (batch full, or its expiry), which comes
+	// after its last message. So a drain finishes the fetch in flight and
+	// stops with no delivery on the way: nothing it was sent stays
+	// unacknowledged until the ack deadline (a continuous pull, unsubscribed,
+	// can lose a message the server was sending at that moment).
+	// An input held in the window that another instance has since
+	// acknowledged (its session was fenced here, or it was held from a
+	// listing) is never delivered here again: while the window is blocked,
+	// the consumer's ack floor is read now and then, and what is at or
+	// below it is dropped from the window.
+	owned := false // the lease was held at the last look
+	lastPrune := time.Now()
+	unblock := func() {
+		if win.explicit || time.Since(lastPrune) < pruneEvery || !win.blocked() {
+			return
+		}
+		lastPrune = time.Now()
+		_, floor := p.delivered(hard, cons)
+		win.prune(floor)
+		for _, a := range win.release() {
+			p.sendAck(a)
+		}
+	}
+	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
+		unblock()
+		wait := fetchWait
+		if part >= 0 {
+			changed := lease.changed() // before begin: no change is missed
+			w, ep, ok := lease.begin(part, fetchWait)
+			if !ok {
+				owned = false
+				t := time.NewTimer(leaseIdle)
+				select {
+				case <-changed:
+				case <-t.C:
+				case <-ctx.Done():
+				case <-hard.Done():
+				}
+				t.Stop()
+				continue
+			}
+			wait = w
+			if ep != epoch {
+				owned = false // taken again since the last fetch
+				epoch = ep
+			}
+			if !owned {
+				if err := takeOver(); err != nil {
+					lease.end(part)
+					if err == errStopped {
+						return nil
+					}
+					return err
+				}
+				owned = true
+			}
+		}
+		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(wait), jetstream.FetchMaxBytes(p.fetchBytes()))
+		if err == nil {
+			msgs := batch.Messages()
+		recv:
+			for {
+				select {
+				case msg, ok := <-msgs:
+					if !ok {
+						break recv
+					}
+					dispatch(msg)
+				case <-hard.Done():
+					break recv
+				}
+			}
+			err = batch.Error()
+		}
+		if part >= 0 {
+			lease.end(part)
+		}
+		// A fetch that filled its count with bytes to spare, or its bytes,
+		// may end with the server saying so: that is no failure.
+		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrBatchCompleted) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
+			p.health.clear("consumer " + name)
+			attempt = 0
+			continue
+		}
+		if _, ierr := cons.Info(hard); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+			err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, errors.Join(err, ierr))
+			p.log.Error("consumer stopped", "err", err)
+			return err
+		}
+		p.log.Warn("fetching failed; retrying", "consumer", name, "err", err)
+		if attempt >= 2 {
+			p.health.set("consumer "+name, fmt.Errorf("fetching fails: %w", err))
+		}
+		if sleep(hard, backoff(attempt)) != nil {
+			return nil
+		}
+		attempt++
+	}
+	return nil
+}
+
+// fetchWait is how long one fetch waits for messages, and so the longest a
+// drain waits for the fetch in flight.
+const fetchWait = time.Second
+
+// fetchBytes is FetchBytes of this processor.
+func (p *Processor) fetchBytes() int { return FetchBytes(p.js.Conn(), p.cfg) }
+
+// FetchBytes bounds the bytes of one fetch of c's consumers on nc, so that
+// the fetches of every partition at once stay within 32 MiB, well under
+// the 64 MiB a server lets queue for one connection before it cuts the
+// connection off as a slow consumer (big events would otherwise fill it:
+// 2×MaxBatch events of 8 KiB are 8 MiB a partition). It is never under
+// the largest message the server allows.
+func FetchBytes(nc *nats.Conn, c Config) int {
+	c = c.withDefaults()
+	return max(int(nc.MaxPayload()), fetchBudget/(c.Partitions+1))
+}
+
+// fetchBudget is what the fetches of all partitions may bring at once.
+const fetchBudget = 32 << 20
+
+// leaseIdle is how often a fetcher whose partition's lease is not held
+// here looks again, besides whenever a lease here changes.
+const leaseIdle = 250 * time.Millisecond
+
+// pruneEvery is how often a blocked ack window reads its consumer's ack
+// floor (see fetch).
+const pruneEvery = time.Second
+
+// startState returns the horizon a consumer starts with and the consumer
+// sequence of its last delivery, asking the server until it answers, ctx
+// ends or the consumer is gone (then an error).
+func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last, floor uint64, err error) {
+	for attempt := 0; ; attempt++ {
+		info, err := cons.Info(ctx)
+		if err == nil {
+			if info.NumAckPending > 0 {
+				horizon = info.Delivered.Stream
+			}
+			return horizon, info.Delivered.Consumer, info.AckFloor.Stream, nil
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+			return 0, 0, 0, err
+		}
+		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		p.consumerTrouble(cons, attempt, err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+}
+
+// delivered returns the highest stream sequence the consumer has delivered
+// and its ack floor, asking the server until it answers or ctx ends (then
+// zeros).
+func (p *Processor) delivered(ctx context.Context, cons jetstream.Consumer) (delivered, floor uint64) {
+	for attempt := 0; ; attempt++ {
+		info, err := cons.Info(ctx)
+		if err == nil {
+			return info.Delivered.Stream, info.AckFloor.Stream
+		}
+		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
+		p.consumerTrouble(cons, attempt, err)
+		if sleep(ctx, backoff(attempt)) != nil {
+			return 0, 0
+		}
+	}
+}
+
+// consumerTrouble reports a consumer whose state cannot be read, from the
+// third failure in a row on, until a fetch succeeds.
+func (p *Processor) consumerTrouble(cons jetstream.Consumer, attempt int, err error) {
+	if attempt >= 2 {
+		p.health.set("consumer "+cons.CachedInfo().Name, fmt.Errorf("reading its state fails: %w", err))
+	}
+}
+
+// adopt makes win hold every input of cons in (floor, upto]: after a break
+// in delivery (or at the start, with inputs pending), the server holds them
+// pending, delivered elsewhere or here, and an ack may not cover them until
+// they are applied. It returns a marker for each session among them, for
+// the caller to send to its shard, which catches the session up from the
+// stream past them and then finishes them (see handle). An input whose
+// subject names no valid session waits for its redelivery. A window of
+// explicit acks needs none of this.
+func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, part int, win *ackWindow, floor, upto uint64) []delivery {
+	if win.explicit {
+		return nil
+	}
+	win.prune(floor)
+	if upto <= floor {
+		return nil
+	}
+	cc := cons.CachedInfo().Config
+	r := p.reader(append([]string{cc.FilterSubject}, cc.FilterSubjects...))
+	bySubject := map[string][]uint64{}
+	var order []string
+	for seq := floor + 1; seq <= upto; {
+		raw, err := r.next(ctx, nil, seq)
+		if err != nil {
+			if ctx.Err() == nil {
+				// The window holds what was listed so far: its acks wait
+				// until those are pruned (acknowledged elsewhere).
+				p.health.set("consumer "+cons.CachedInfo().Name, fmt.Errorf("listing its pending inputs: %w", err))
+			}
+			return nil // stopping: nothing more is acknowledged
+		}
+		if raw == nil || raw.Sequence > upto {
+			break
+		}
+		if p.foreign(raw.Subject, part) {
+			win.hold(raw.Sequence) // another partition's: finished here
+			win.finish(raw.Sequence, nil, "")
+			seq = raw.Sequence + 1
+			continue
+		}
+		if _, ok := bySubject[raw.Subject]; !ok {
+			order = append(order, raw.Subject)
+		}
+		bySubject[raw.Subject] = append(bySubject[raw.Subject], raw.Sequence)
+		win.hold(raw.Sequence)
+		seq = raw.Sequence + 1
+	}
+	now := time.Now()
+	marks := make([]delivery, 0, len(order))
+	for _, subj := range order {
+		marks = append(marks, delivery{win: win, mark: bySubject[subj], markSubject: subj, horizon: upto, at: now})
+	}
+	return marks
+}
+
+// delivery is a message on its way to its shard, with the horizon in
+// force when it arrived.
+type delivery struct {
+	msg jetstream.Msg
+	win *ackWindow // the window of the consumer that delivered it
+	// A marker (msg nil) holds the pending inputs of one session delivered
+	// elsewhere (see adopt): the stream sequences, and the stored subject.
+	mark        []uint64
+	markSubject string
+	meta        *jetstream.MsgMetadata // parsed once, on receipt
+	metaErr     error
+	horizon     uint64
+	at          time.Time // when it was received, for the decision latency
+	// part is the partition whose consumer delivered it (-1: the consumer
+	// of subjects that name no session), and epoch the epoch of the lease
+	// under which it was fetched.
+	part  int
+	epoch uint64
+}
+
+// seq is the stream sequence of the delivery (the last one a marker holds).
+func (d delivery) seq() uint64 {
+	switch {
+	case d.meta != nil:
+		return d.meta.Sequence.Stream
+	case len(d.mark) > 0:
+		return d.mark[len(d.mark)-1]
+	}
+	return 0
+}
+
+// route is the subject that picks the shard of an input on subject: its
+// session's stored events subject for a control subject, so that a
+// session's inputs all meet in one shard, in stream order.
+func (p *Processor) route(subject string) string {
+	if tok, ok := p.subj.ControlToken(subject); ok && !strings.Contains(tok, ".") {
+		return p.subj.Stored(tok)
+	}
+	return subject
+}
+
+// foreign reports whether subject is the control subject of a session of a
+// partition other than part: every partition's consumer reads every control
+// subject, and only the session's own partition decides it. (The
+// consumer of part < 0 takes only control subjects of more than one token,
+// which name no session.)
+func (p *Processor) foreign(subject string, part int) bool {
+	if part < 0 {
+		return false
+	}
+	tok, ok := p.subj.ControlToken(subject)
+	return ok && !strings.Contains(tok, ".") && p.subj.Partition(tok) != part
+}

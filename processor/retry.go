@@ -1,0 +1,120 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// This file holds what makes retries end: which errors are worth waiting
+// for, bounded backoff, and the keep-alive of a long input.
+
+// starting runs f, the setting up of what the processor needs, again while
+// it fails because NATS does not answer (a cluster restarting, electing
+// its leaders), for at most timeout, and returns its last error.
+//
+// Each attempt gets at most a quarter of timeout (and at least 5s): a
+// server without a JetStream quorum leaves API requests unanswered, and
+// one would otherwise wait for ctx's own deadline.
+func starting(ctx context.Context, log *slog.Logger, timeout time.Duration, what string, f func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, max(timeout/4, 5*time.Second))
+		err := f(actx)
+		cancel()
+		if err == nil || !waitable(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("NATS does not answer yet; retrying", "doing", what, "err", err, "attempt", attempt+1, "gives_up_in", time.Until(deadline).Round(time.Second))
+		if sleep(ctx, min(backoff(attempt), time.Until(deadline))) != nil {
+			return err
+		}
+	}
+}
+
+// waitable reports whether a failure to set up may pass by itself: NATS
+// not answering, or a JetStream cluster saying that it cannot place or
+// reach a stream now (no quorum, peers offline, a leader not yet elected).
+func waitable(err error) bool {
+	if Unreachable(err) {
+		return true
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case 10004, // incomplete results
+			10005,                      // no suitable peers for placement
+			10008,                      // JetStream system temporarily unavailable
+			10009,                      // cluster cannot handle the request (not leader)
+			10118, 10119, 10194, 10195, // stream or consumer offline
+			10167: // too many requests
+			return true
+		}
+	}
+	return false
+}
+
+// Unreachable reports whether err says that NATS or JetStream did not
+// answer at all (a timeout, no responders, a connection being
+// re-established, a server shutting down), as while a server restarts:
+// trying again later may succeed. The object store did not fail then; it
+// was not reached, and halting a session for it would turn a restart into
+// an operator's chore.
+func Unreachable(err error) bool { return unreachable(err) }
+
+func unreachable(err error) bool {
+	for _, target := range []error{
+		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected,
+		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled, jetstream.ErrServerShutdown,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepAlive tells the server every interval that m is still being worked on.
+func keepAlive(ctx context.Context, m jetstream.Msg, every time.Duration) func() {
+	if m == nil {
+		return func() {} // catching up for a marker: nothing delivered here to keep
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// backoff is the delay before retry attempt n: 50ms doubling to 2s.
+func backoff(n int) time.Duration {
+	d := 50 * time.Millisecond << min(n, 6)
+	return min(d, 2*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

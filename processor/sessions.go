@@ -1,0 +1,251 @@
+package processor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+// This file holds a shard's sessions and their state: loading a session
+// from the bucket, the lease check that a delivery may still be decided, and
+// storing touched sessions with compare-and-swap (the fence against another
+// instance that moved a session on).
+
+// session is a shard's cached state of one session.
+type session struct {
+	id string
+	// l is the ledger; nil while the session is idle, when idle holds its
+	// snapshot instead (see shard.sweep), or before its first event.
+	l     *ledger.Ledger
+	idle  []byte
+	used  bool   // stepped since the last sweep
+	seq   uint64 // last applied stream sequence
+	rev   uint64 // KV revision of the stored state; 0 when none is stored
+	dirty bool
+	// caughtUp is the horizon this session caught up to; 0 after loading.
+	caughtUp uint64
+	// loaded is the horizon in force when the state was read.
+	loaded uint64
+	// fresh is true from reading the state until its first catch-up.
+	fresh bool
+	// epoch is the epoch of its partition's lease when the state was read:
+	// a later epoch means the partition was held elsewhere in between.
+	epoch uint64
+}
+
+// ledger returns the session's ledger, restoring it from its snapshot when
+// the session is idle.
+func (sess *session) ledger() (*ledger.Ledger, error) {
+	sess.used = true
+	if sess.l != nil {
+		return sess.l, nil
+	}
+	l := new(ledger.Ledger)
+	if sess.idle != nil {
+		if err := l.UnmarshalBinary(sess.idle); err != nil {
+			return nil, fmt.Errorf("processor: session %s: restoring its idle ledger: %w", sess.id, err)
+		}
+	}
+	sess.l, sess.idle = l, nil
+	return l, nil
+}
+
+// state encodes what the bucket holds for the session.
+func (sess *session) state() ([]byte, error) {
+	switch {
+	case sess.l != nil:
+		return MarshalState(sess.seq, sess.l)
+	case sess.idle != nil:
+		return marshalState(sess.seq, sess.idle), nil
+	}
+	return MarshalState(sess.seq, new(ledger.Ledger)) // nothing applied yet but rejections
+}
+
+// closed reports whether the session was closed.
+func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
+
+// load returns the cached session, reading its stored state on first use.
+//
+// A session cached since before horizon is read again: after a break in
+// delivery another instance may have moved it on (its own writes are always
+// stored before its inputs are acked, so the cache never knows more than
+// the bucket). So is one cached under an earlier lease of its partition
+// (epoch): the partition was held elsewhere in between, and its new holder
+// may have decided and stored since, even with nothing left pending.
+func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch uint64) (*session, error) {
+	if sess := s.sessions[id]; sess != nil {
+		// A session changed in the batch at hand is newer than the bucket
+		// until the batch is stored; if another instance moved it on, the
+		// compare-and-swap at the end of the batch says so.
+		if sess.dirty || sess.loaded >= horizon && sess.epoch == epoch {
+			return sess, nil
+		}
+		s.drop(id)
+		s.p.reloaded.Add(1)
+	}
+	sess, err := s.read(ctx, b, id)
+	if err == nil {
+		sess.loaded, sess.epoch = horizon, epoch
+	}
+	return sess, err
+}
+
+// current reports whether delivery d, of session id, may be decided: its
+// partition's lease is still this instance's, the one it was fetched
+// under, with time left. Otherwise another instance may hold the partition
+// now, or soon, and decide from a state this one has not seen; the
+// delivery is left, unacknowledged, to it.
+func (s *shard) current(d delivery, id string) bool {
+	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
+		return true
+	}
+	s.p.expired.Add(1)
+	s.p.log.Info("the partition's lease ended before this input was decided; leaving it to the partition's next holder",
+		"session", id, "partition", d.part, "seq", d.seq())
+	return false
+}
+
+// read reads a session's stored state into the cache.
+func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error) {
+	kv := s.p.res.Sessions
+	for attempt := 0; ; attempt++ {
+		e, err := kv.Get(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			sess := &session{id: id, fresh: true}
+			s.put(sess)
+			s.woken++
+			return sess, nil
+		case err == nil:
+			st, err := UnmarshalState(e.Value())
+			if err != nil {
+				// A corrupt state must not be silently replaced: stop and
+				// let an operator rebuild it from the events stream.
+				return nil, fmt.Errorf("processor: session %s: %w: %w; run seamguard serve --rebuild", id, errPermanent, err)
+			}
+			sess := &session{id: id, l: &st.Ledger, seq: st.Seq, rev: e.Revision(), fresh: true}
+			s.put(sess)
+			s.woken++
+			return sess, nil
+		}
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return nil, fmt.Errorf("processor: reading the state of session %s: %w", id, rerr)
+		}
+		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
+	}
+}
+
+// errFenced means another writer changed a session's stored state.
+var errFenced = errors.New("processor: session state changed by another writer")
+
+// sentStore is a session's state on its way to the bucket.
+type sentStore struct {
+	sess *session
+	f    jetstream.PubAckFuture // nil when it could not be sent
+	sent time.Time
+}
+
+// sendStores sends the state of every session in touched to the bucket at
+// once, each a compare-and-swap on the session's revision (what kv.Update
+// and kv.Create publish), so that a batch waits for one round trip rather
+// than one per session. stored then takes each ack; whatever did not plainly
+// succeed goes through store, which sorts out conflicts and lost replies.
+// Sessions fenced during the batch are not sent.
+func (s *shard) sendStores(touched []*session, fenced map[string]bool, park func(string, error) error) []sentStore {
+	p := s.p
+	out := make([]sentStore, 0, len(touched))
+	for _, sess := range touched {
+		if fenced[sess.id] {
+			continue // another instance's now, or left: nothing of it is stored
+		}
+		val, err := sess.state()
+		if err != nil {
+			_ = park(sess.id, fmt.Errorf("processor: session %s: %w: %w", sess.id, errPermanent, err))
+			continue
+		}
+		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
+		msg.Data = val
+		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(sess.rev))
+		if err != nil {
+			f = nil // store tries again
+		}
+		out = append(out, sentStore{sess: sess, f: f, sent: time.Now()})
+	}
+	return out
+}
+
+// stored waits for the ack of a state sendStores sent and reports whether
+// it was stored; false means store must settle it.
+func (s *shard) stored(ctx context.Context, st sentStore) bool {
+	if st.f == nil {
+		return false
+	}
+	t := time.NewTimer(pubAckWait)
+	defer t.Stop()
+	select {
+	case ack := <-st.f.Ok():
+		st.sess.rev, st.sess.dirty = ack.Sequence, false
+		s.p.obs.Stored(time.Since(st.sent))
+		if st.sess.closed() {
+			s.drop(st.sess.id) // closed: nothing more to cache
+		}
+		return true
+	case <-st.f.Err():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// store writes a session's state with compare-and-swap on its revision.
+func (s *shard) store(ctx context.Context, b *budget, sess *session) error {
+	p := s.p
+	val, err := sess.state()
+	if err != nil {
+		return fmt.Errorf("processor: session %s: %w", sess.id, err)
+	}
+	kv := p.res.Sessions
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		var rev uint64
+		if sess.rev == 0 {
+			rev, err = kv.Create(ctx, sess.id, val)
+		} else {
+			rev, err = kv.Update(ctx, sess.id, val, sess.rev)
+		}
+		if err == nil {
+			sess.rev, sess.dirty = rev, false
+			p.obs.Stored(time.Since(start))
+			if sess.closed() {
+				s.drop(sess.id) // closed: nothing more to cache
+			}
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			p.obs.CASConflict()
+			// Our own earlier attempt may have landed with its reply lost.
+			e, gerr := kv.Get(ctx, sess.id)
+			switch {
+			case gerr == nil && bytes.Equal(e.Value(), val):
+				sess.rev, sess.dirty = e.Revision(), false
+				p.obs.Stored(time.Since(start))
+				return nil
+			case gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound):
+				s.drop(sess.id)
+				return fmt.Errorf("%w: %s (revision %d)", errFenced, sess.id, sess.rev)
+			}
+			err = gerr // cannot tell yet: try again
+		}
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return fmt.Errorf("processor: storing the state of session %s (%d bytes): %w", sess.id, len(val), rerr)
+		}
+		p.log.Warn("storing session state failed; retrying", "session", sess.id, "err", err)
+	}
+}
