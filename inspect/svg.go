@@ -63,10 +63,11 @@ func (s *svgWriter) p(format string, args ...any) {
 	s.body.WriteByte('\n')
 }
 
-// esc escapes text for XML.
+// esc escapes text for XML, after safe: XML 1.0 allows no control
+// character, not even as a character reference.
 func esc(v string) string {
 	var b strings.Builder
-	_ = xml.EscapeText(&b, []byte(v))
+	_ = xml.EscapeText(&b, []byte(safe(v)))
 	return b.String()
 }
 

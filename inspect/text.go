@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
@@ -33,7 +34,8 @@ const labelWidth = 12
 
 // WriteText draws the model for a terminal: a header, the bar with its
 // axis, the floor and the legend with every set's ranges, then the decision
-// history.
+// history. Every string of the model is printed escaped (see safe): ids,
+// names and messages come from the wire.
 func WriteText(w io.Writer, m *Model, o TextOptions) error {
 	bw := bufio.NewWriter(w)
 	t := &textWriter{w: bw, color: o.Color}
@@ -58,6 +60,12 @@ func (t *textWriter) line(format string, args ...any) {
 	t.w.WriteByte('\n')
 }
 
+// safe escapes a string of the model for a terminal: request ids, event
+// ids, field names and messages are the agents' to choose, and a control
+// character in one must not act on the operator's terminal. Every string
+// of the model that WriteText and WriteSVG print goes through it.
+func safe[S ~string](s S) string { return termtext.Escape(string(s)) }
+
 // paint wraps s in an SGR sequence when colours are on.
 func (t *textWriter) paint(sgr, s string) string {
 	if !t.color || sgr == "" {
@@ -67,32 +75,32 @@ func (t *textWriter) paint(sgr, s string) string {
 }
 
 func (t *textWriter) header(m *Model) {
-	status := m.Status
+	status := safe(m.Status)
 	if m.Status == "halted" {
 		status = t.paint("31;1", "HALTED")
 	}
-	t.line("session %s: %s", m.Session, status)
+	t.line("session %s: %s", safe(m.Session), status)
 	t.line("  unit %s, head %d, %s", unitName(m.Unit), m.Head, floorText(m))
 	switch m.State.From {
 	case "events":
-		t.line("  ledger rebuilt from stream %s: %d messages, applied up to seq %d (%d accepted events)", m.State.Name, m.State.Events, m.State.Seq, m.Accepted)
+		t.line("  ledger rebuilt from stream %s: %d messages, applied up to seq %d (%d accepted events)", safe(m.State.Name), m.State.Events, m.State.Seq, m.Accepted)
 	default:
-		t.line("  ledger from bucket %s, applied up to events seq %d (%d accepted events)", m.State.Name, m.State.Seq, m.Accepted)
+		t.line("  ledger from bucket %s, applied up to events seq %d (%d accepted events)", safe(m.State.Name), m.State.Seq, m.Accepted)
 	}
 	if m.LastSpill != nil {
-		t.line("  spills: %d, newest %s (%s)", m.Spills, m.LastSpill.Name, m.LastSpill.Digest)
+		t.line("  spills: %d, newest %s (%s)", m.Spills, safe(m.LastSpill.Name), safe(m.LastSpill.Digest))
 		if m.LastSpill.Previous != nil {
-			t.line("  it holds the events after %s: `seamguard spill get %s` reads the whole chain", *m.LastSpill.Previous, m.LastSpill.Name)
+			t.line("  it holds the events after %s: `seamguard spill get %s` reads the whole chain", safe(*m.LastSpill.Previous), safe(m.LastSpill.Name))
 		}
 	} else {
 		t.line("  spills: none")
 	}
 	if m.Halt != nil {
-		t.line("  %s by compaction %q: offsets %s cannot be recovered; every compaction is refused until `seamguard resume %s --note ...`",
-			t.paint("31;1", "halted"), m.Halt.Request, ledger.FormatRanges(m.Halt.Unrecoverable), m.Session)
+		t.line("  %s by compaction \"%s\": offsets %s cannot be recovered; every compaction is refused until `seamguard resume %s --note ...`",
+			t.paint("31;1", "halted"), safe(m.Halt.Request), ledger.FormatRanges(m.Halt.Unrecoverable), safe(m.Session))
 	}
 	if m.Pending != "" {
-		t.line("  a spill for compaction %q was asked for and its result is not applied yet", m.Pending)
+		t.line("  a spill for compaction \"%s\" was asked for and its result is not applied yet", safe(m.Pending))
 	}
 	t.line("")
 }
@@ -101,7 +109,7 @@ func unitName(u events.Unit) string {
 	if u == "" {
 		return "(none)"
 	}
-	return string(u)
+	return safe(u)
 }
 
 func floorText(m *Model) string {
@@ -300,54 +308,54 @@ func (t *textWriter) legend(m *Model) {
 
 func (t *textWriter) history(m *Model) {
 	if len(m.History) == 0 {
-		t.line("decisions: none in %s", m.Verdicts)
+		t.line("decisions: none in %s", safe(m.Verdicts))
 		return
 	}
-	t.line("decisions: %d verdict(s) in %s, by verdict stream sequence", len(m.History), m.Verdicts)
+	t.line("decisions: %d verdict(s) in %s, by verdict stream sequence", len(m.History), safe(m.Verdicts))
 	for _, e := range m.History {
 		when := ""
 		if !e.Time.IsZero() {
 			when = e.Time.UTC().Format("2006-01-02T15:04:05Z") + "  "
 		}
-		kind := t.paint(kindSGR[e.Kind], fmt.Sprintf("%-9s", e.Kind))
+		kind := t.paint(kindSGR[e.Kind], fmt.Sprintf("%-9s", safe(e.Kind)))
 		head := fmt.Sprintf("  #%-4d %s%s", e.Seq, when, kind)
 		cause := ""
 		if e.CausationID != "" {
-			cause = " (event " + e.CausationID + ")"
+			cause = " (event " + safe(e.CausationID) + ")"
 		}
 		switch d := e.Data.(type) {
 		case *events.CompactionAllowed:
-			s := fmt.Sprintf("%s %s%s: summary %s, tail from %d, head %d", head, d.RequestID, cause, ledger.FormatRanges(d.SummaryCoverage), d.TailStart, d.Head)
+			s := fmt.Sprintf("%s %s%s: summary %s, tail from %d, head %d", head, safe(d.RequestID), cause, ledger.FormatRanges(d.SummaryCoverage), d.TailStart, d.Head)
 			if len(d.Cured) > 0 {
 				codes := make([]string, len(d.Cured))
 				for i, c := range d.Cured {
-					codes[i] = string(c)
+					codes[i] = safe(c)
 				}
 				s += "; cured " + strings.Join(codes, ", ")
 				for _, h := range d.RecoveredBy {
-					s += " by " + h.Name
+					s += " by " + safe(h.Name)
 				}
 			}
 			t.line("%s%s", s, t.pins(e))
 		case *events.CompactionRefused:
-			s := fmt.Sprintf("%s %s%s: next %s", head, d.RequestID, cause, d.Next)
+			s := fmt.Sprintf("%s %s%s: next %s", head, safe(d.RequestID), cause, safe(d.Next))
 			if d.Spill != nil {
-				s += ", spill " + d.Spill.Name
+				s += ", spill " + safe(d.Spill.Name)
 			}
 			t.line("%s%s", s, t.pins(e))
 			for _, r := range d.Reasons {
-				t.line("          %-20s at risk %s", r.Code, ledger.FormatRanges(r.AtRisk))
+				t.line("          %-20s at risk %s", safe(r.Code), ledger.FormatRanges(r.AtRisk))
 			}
 		case *events.SpillHandle:
-			t.line("%s %s%s: %s in bucket %s, %d events (seq %d to %d), %d bytes, %s%s", head, d.Name, cause, fmtRange(d.Range), d.Bucket, d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest, afterSpill(d))
+			t.line("%s %s%s: %s in bucket %s, %d events (seq %d to %d), %d bytes, %s%s", head, safe(d.Name), cause, fmtRange(d.Range), safe(d.Bucket), d.Events, d.FirstSeq, d.LastSeq, d.Size, safe(d.Digest), afterSpill(d))
 		case *events.SessionHalted:
-			t.line("%s %s%s: unrecoverable %s", head, d.RequestID, cause, ledger.FormatRanges(d.Unrecoverable))
+			t.line("%s %s%s: unrecoverable %s", head, safe(d.RequestID), cause, ledger.FormatRanges(d.Unrecoverable))
 		case *events.EventRejected:
-			t.line("%s %s at %s, input seq %d%s: %s", head, d.Code, d.Field, d.Input.Seq, cause, d.Message)
+			t.line("%s %s at %s, input seq %d%s: %s", head, safe(d.Code), safe(d.Field), d.Input.Seq, cause, safe(d.Message))
 		case *events.CompactionViolation:
-			t.line("%s %s%s: %s", head, d.RequestID, cause, d.Message)
+			t.line("%s %s%s: %s", head, safe(d.RequestID), cause, safe(d.Message))
 		default:
-			t.line("%s %s%s", head, e.Type, cause)
+			t.line("%s %s%s", head, safe(e.Type), cause)
 		}
 	}
 }
@@ -370,5 +378,5 @@ func afterSpill(h *events.SpillHandle) string {
 	if h.Previous == nil {
 		return ""
 	}
-	return ", after " + *h.Previous
+	return ", after " + safe(*h.Previous)
 }

@@ -43,18 +43,25 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of this process (the processor and the clients) to this file")
 	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile of this process to this file while the sessions of measurement 3 are live")
 	syncFlag := fs.String("sync-interval", "always", "how the servers the run starts sync, as serve's --sync-interval: always (fsync before acknowledging; serve's default) or an interval such as 2m; both sides of every ratio use it")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: seamguard bench [--quick] [--nats-url URL] [--skip LIST] [--json FILE]")
+		fmt.Fprintln(stderr, "\nMeasures seamguard against raw JetStream on the same server: ingest, decision")
+		fmt.Fprintln(stderr, "latency, many sessions, decision cost and spills, and prints a table.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: bench takes no arguments, got %q", errUsage, pos)
 	}
 	if err := applyEnv(fs); err != nil {
 		return err
 	}
-	var err error
 	if cfg.SyncInterval, err = embedded.ParseSync(*syncFlag); err != nil {
 		return fmt.Errorf("%w: --sync-interval %q: use always, or a positive duration such as 2m", errUsage, *syncFlag)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: bench takes no arguments, got %q", errUsage, fs.Args())
 	}
 	if skip != "" {
 		cfg.Skip = strings.Split(skip, ",")

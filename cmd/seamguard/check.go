@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/processor/offline"
 )
@@ -69,8 +70,12 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	fmt.Fprintf(stderr, "seamguard check: reading %s, spills go to %s\n", name, dir)
 
-	r := &offline.Runner{SpillDir: dir, Config: cfg, Encoder: events.Encoder{Source: *source}, Out: stdout}
+	out := &jsonLines{w: stdout}
+	r := &offline.Runner{SpillDir: dir, Config: cfg, Encoder: events.Encoder{Source: *source}, Out: out}
 	sum, err := r.Run(ctx, in)
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
 	if err != nil {
 		return err
 	}
@@ -79,19 +84,36 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	for _, s := range sum.Sessions {
 		fmt.Fprintf(stderr, "session %s: %s, head %d; %d events (%d accepted, %d rejected, %d duplicate); %d allowed, %d refused, %d spilled, %d halted, %d violations\n",
-			s.Session, s.State, s.Head, s.Events, s.Accepted, s.Rejected, s.Duplicates, s.Allowed, s.Refused, s.Spilled, s.Halted, s.Violations)
+			termtext.Escape(s.Session), termtext.Escape(s.State), s.Head, s.Events, s.Accepted, s.Rejected, s.Duplicates, s.Allowed, s.Refused, s.Spilled, s.Halted, s.Violations)
 	}
 	return nil
 }
 
 // parseInterleaved parses flags that may come before or after positional
 // arguments ("check FILE --spill-dir D" works as well as the usual order).
+// Asked for help (-h, --help), it prints fs.Usage to standard output (see
+// diagnostics) and returns errHelp; a bad flag is a usage error, whose
+// message names the flag (run prints it, and how to get the help).
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	usage, out := fs.Usage, fs.Output()
+	if usage == nil {
+		usage = func() {
+			fmt.Fprintf(fs.Output(), "usage of seamguard %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	describeBounds(fs)
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(out) }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if err == flag.ErrHelp {
-				return nil, fmt.Errorf("%w: help requested", errUsage)
+				fs.Usage = usage
+				fs.SetOutput(out)
+				printHelp(out, fs.Usage)
+				return nil, errHelp
 			}
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}

@@ -315,5 +315,5 @@ func TestCheckTakesTheLimits(t *testing.T) {
 
 	code, _, stderr = runCLI(t, in, "check", "--max-requests", "5")
 	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "MaxRequests")
+	require.Contains(t, stderr, `invalid value "5" for flag -max-requests: out of range; use 256 to 1000000`)
 }

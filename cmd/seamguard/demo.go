@@ -40,7 +40,8 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	keep := fs.Bool("keep", false, "keep the embedded server's data directory and name it at the end")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for each verdict")
+	var timeout time.Duration
+	fs.Var(durations(&timeout, 30*time.Second, time.Second, time.Hour), "timeout", "how long to wait for each verdict")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard demo [--keep]")
 		fmt.Fprintln(stderr, "\nStarts an embedded NATS server and the processor, plays the seed story as an")
@@ -95,9 +96,9 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 
 	a := &agent{js: js, subj: subj, session: demoSession}
 	next := func() (*events.Verdict, error) {
-		m, err := verdicts.NextMsg(*timeout)
+		m, err := verdicts.NextMsg(timeout)
 		if err != nil {
-			return nil, fmt.Errorf("no verdict within %s: %w", *timeout, err)
+			return nil, fmt.Errorf("no verdict within %s: %w", timeout, err)
 		}
 		return events.DecodeVerdict(m.Data)
 	}
@@ -159,7 +160,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		_ = json.Unmarshal([]byte(first[1]), &turn0)
 	}
 	w.printf("\nthe spill reads back whole (digest verified); its turn 0 still says:\n  %q\n", turn0.Data.Content)
-	if err := demoPinned(ctx, nc, js, subj, w, *timeout); err != nil {
+	if err := demoPinned(ctx, nc, js, subj, w, timeout); err != nil {
 		return err
 	}
 	// The way on to a live server: the commands, as they work (TestDemoHint

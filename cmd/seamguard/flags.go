@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/inspect"
+	"github.com/seamguard/seamguard/processor"
 )
 
 // envName is the environment variable that sets a flag: SEAMGUARD_ and the
@@ -22,9 +24,15 @@ func envName(flagName string) string {
 
 // applyEnv sets every flag of fs that was not given on the command line from
 // its environment variable, if that is set. It reports every bad value.
+// A password given on the command line, which every user of the machine
+// can read in ps, gets a warning on fs's output (standard error) that names
+// the variable to use instead.
 func applyEnv(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["password"] {
+		fmt.Fprintf(fs.Output(), "seamguard %s: warning: --password on the command line shows in ps and in the shell's history; set %s instead\n", fs.Name(), envName("password"))
+	}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		if given[f.Name] {
@@ -71,11 +79,11 @@ func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&c.creds, "creds", "", "NATS user credentials file (JWT and NKey seed)")
 	fs.StringVar(&c.nkey, "nkey", "", "NATS NKey seed file")
 	fs.StringVar(&c.user, "user", "", "NATS user name")
-	fs.StringVar(&c.password, "password", "", "NATS password")
+	fs.StringVar(&c.password, "password", "", "NATS password; prefer the environment variable "+envName("password")+": a command line shows in ps")
 	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the NATS server")
 	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file for TLS")
 	fs.StringVar(&c.tlsKey, "tlskey", "", "client private key file for TLS")
-	fs.DurationVar(&c.timeout, "connect-timeout", 5*time.Second, "how long to try to reach the NATS server")
+	fs.Var(durations(&c.timeout, 5*time.Second, 100*time.Millisecond, 10*time.Minute), "connect-timeout", "how long to try to reach the NATS server")
 	fs.StringVar(&c.inbox, "inbox-prefix", c.inbox, "prefix of this connection's reply subjects; the identity must be allowed to subscribe to <prefix>.>")
 }
 
@@ -150,31 +158,161 @@ func (c *connFlags) connect(name, url string, d *denials, extra ...nats.Option) 
 	return nc, nil
 }
 
-// durationValue parses "7d" as well as Go durations, for retention flags.
-type durationValue struct{ d *time.Duration }
-
-func (v durationValue) String() string {
-	if v.d == nil {
-		return ""
-	}
-	return v.d.String()
+// bounded is a numeric flag that takes only min to max, and 0 (or any
+// negative value) too where the flag gives it a meaning. It checks at Set,
+// so that a value from the environment (applyEnv) is held to the same
+// bounds as one on the command line. parseInterleaved adds the bounds to
+// the flag's usage text.
+type bounded[T int | int64 | time.Duration] struct {
+	p        *T
+	min, max T
+	zero     string // what 0 means; "" when 0 is out of range like any other value
+	negative string // what a negative value means; "" when it is out of range
+	unit     string // what the help calls a value: number, duration or size
+	kind     string // what a value must look like, for an error
+	parse    func(string) (T, error)
+	format   func(T) string
 }
 
-func (v durationValue) Set(s string) error {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%q is not a number of days", s)
-		}
-		*v.d = time.Duration(n) * 24 * time.Hour
+// ints is an int flag for *p, set to def, that takes min to max.
+func ints(p *int, def, min, max int) *bounded[int] {
+	*p = def
+	return &bounded[int]{p: p, min: min, max: max, unit: "number", kind: "a whole number",
+		parse: func(s string) (int, error) {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 0, strconv.IntSize)
+			return int(n), err
+		},
+		format: strconv.Itoa}
+}
+
+// durations is a duration flag for *p, set to def, that takes min to max.
+// Besides Go's durations (90s, 15m, 48h) it reads a number of days: 7d.
+func durations(p *time.Duration, def, min, max time.Duration) *bounded[time.Duration] {
+	*p = def
+	return &bounded[time.Duration]{p: p, min: min, max: max, unit: "duration", kind: "a duration such as 90s, 15m, 48h or 7d", parse: parseDuration, format: formatDuration}
+}
+
+// sizes is a byte count flag for *p, set to def, that takes min to max:
+// a number of bytes, or one with a unit such as KiB or GiB (see parseSize).
+func sizes(p *int64, def, min, max int64) *bounded[int64] {
+	*p = def
+	return &bounded[int64]{p: p, min: min, max: max, unit: "size", kind: "a size such as 4096, 512KiB or 1GiB", parse: parseSize, format: formatSize}
+}
+
+// What 0, or a negative value, means for the bounded flags that take it.
+// A registration names them, and never writes a string literal before the
+// flag's name: deploy's tests find serve's flags in this source as the
+// first string literal of fs.Var(...).
+const (
+	meansDefault      = "the default"
+	meansForever      = "forever"
+	meansNever        = "never"
+	meansNoLimit      = "no limit (until interrupted)"
+	meansNoBucketMax  = "no limit but the server's storage"
+	meansAutoReplicas = "3 on a cluster of 3 or more servers, else 1"
+)
+
+var (
+	meansDefaultWidth      = fmt.Sprintf("the default, %d", inspect.DefaultWidth)
+	meansDefaultPartitions = fmt.Sprintf("the existing stream's, or %d for a new one", processor.DefaultPartitions)
+)
+
+// orZero makes 0 a value of f too, meaning what.
+func (f *bounded[T]) orZero(what string) *bounded[T] {
+	f.zero = what
+	return f
+}
+
+// orNegative makes every negative value a value of f too, meaning what.
+func (f *bounded[T]) orNegative(what string) *bounded[T] {
+	f.negative = what
+	return f
+}
+
+func (f *bounded[T]) String() string {
+	if f == nil || f.p == nil {
+		return "0"
+	}
+	return f.format(*f.p)
+}
+
+func (f *bounded[T]) Set(s string) error {
+	v, err := f.parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not %s; use %s", f.kind, f.want())
+	case v == 0 && f.zero != "", v < 0 && f.negative != "", v >= f.min && v <= f.max:
+		*f.p = v
 		return nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration such as 90m, 48h or 7d", s)
+	return fmt.Errorf("out of range; use %s", f.want())
+}
+
+// bounds returns what -h calls a value of f, and which values f takes.
+func (f *bounded[T]) bounds() (unit, want string) { return f.unit, f.want() }
+
+// want says which values f takes.
+func (f *bounded[T]) want() string {
+	s := f.format(f.min) + " to " + f.format(f.max)
+	if f.zero != "" {
+		s += ", or 0 for " + f.zero
 	}
-	*v.d = d
-	return nil
+	if f.negative != "" {
+		s += ", or a negative value for " + f.negative
+	}
+	return s
+}
+
+// describeBounds adds to the usage text of each bounded flag of fs the
+// values it takes, once, and the name -h shows for its value (number,
+// duration or size) unless the text names it already (in backquotes).
+func describeBounds(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		b, ok := f.Value.(interface{ bounds() (string, string) })
+		if !ok {
+			return
+		}
+		unit, bounds := b.bounds()
+		if strings.Contains(f.Usage, bounds) {
+			return
+		}
+		if !strings.Contains(f.Usage, "`") {
+			unit = "`" + unit + "`"
+		}
+		f.Usage += " (" + unit + ": " + bounds + ")"
+	})
+}
+
+// parseDuration reads a Go duration, or a number of days such as 7d.
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n > math.MaxInt64/int64(24*time.Hour) || n < math.MinInt64/int64(24*time.Hour) {
+			return 0, fmt.Errorf("%q is not a number of days", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// formatDuration writes d as parseDuration reads it, short: 7d, 1h, 90s.
+func formatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d == 0:
+		return "0"
+	case d%day == 0 && (d >= 2*day || d <= -2*day):
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // checkSession is the usage error for a session id given on the command
@@ -190,25 +328,16 @@ func checkSession(flag, id string) error {
 	return fmt.Errorf("%w: %q is not a session id (1 to 128 of A-Z a-z 0-9 _ -)", errUsage, id)
 }
 
-// sizeValue is a flag of a byte count: a plain number of bytes, or one
-// with a suffix KiB, MiB, GiB or TiB (KB, MB, GB, TB and K, M, G, T are
-// read as the same powers of 1024).
-type sizeValue struct{ n *int64 }
-
-func (v sizeValue) String() string {
-	if v.n == nil {
-		return "0"
-	}
-	return strconv.FormatInt(*v.n, 10)
-}
-
-func (v sizeValue) Set(s string) error {
+// parseSize reads a byte count: a plain number of bytes, or one with a
+// suffix KiB, MiB, GiB, TiB, PiB or EiB (KB, MB, GB, TB, PB, EB and K, M,
+// G, T, P, E are read as the same powers of 1024).
+func parseSize(s string) (int64, error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
 		mult   int64
-	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+	}{{"EIB", 1 << 60}, {"PIB", 1 << 50}, {"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"EB", 1 << 60}, {"PB", 1 << 50}, {"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"E", 1 << 60}, {"P", 1 << 50}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
 		if strings.HasSuffix(t, u.suffix) {
 			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
 			break
@@ -216,8 +345,21 @@ func (v sizeValue) Set(s string) error {
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || n < 0 || n > math.MaxInt64/mult {
-		return fmt.Errorf("%q is not a size: use a number of bytes, or one with KiB, MiB, GiB or TiB, e.g. 512MiB", s)
+		return 0, fmt.Errorf("%q is not a size: use a number of bytes, or one with KiB, MiB, GiB or TiB, e.g. 512MiB", s)
 	}
-	*v.n = n * mult
-	return nil
+	return n * mult, nil
+}
+
+// formatSize writes n bytes as parseSize reads it, with the largest unit
+// that divides it: 512KiB, 1GiB, 1000.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"EiB", 1 << 60}, {"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/seamguard/seamguard/inspect"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
@@ -25,7 +25,8 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var lf limitFlags
 	lf.register(fs)
 	color := fs.String("color", "auto", "colours: auto (when standard output is a terminal), always or never")
-	width := fs.Int("width", 0, "the most character cells the bar takes (default 64)")
+	var width int
+	fs.Var(ints(&width, 0, 16, 1000).orZero(meansDefaultWidth), "width", "the most character `cells` the bar takes")
 	verify := fs.Bool("verify-spills", false, "also read the newest spill's whole chain, verify every digest, and check that it holds exactly the session's accepted events, derived again from the events stream")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard inspect SESSION [--svg FILE] [--json] [--rebuild] [--verify-spills] [--color auto|always|never]")
@@ -60,9 +61,6 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if err != nil {
 		return err
 	}
-	if *width < 0 {
-		return fmt.Errorf("%w: --width %d: give a number of cells, 16 or more (0 for the default)", errUsage, *width)
-	}
 	ctx, js, pcfg, err := cf.open(ctx, fs, "seamguard inspect")
 	if err != nil {
 		return err
@@ -71,7 +69,7 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	src := inspect.Source{JS: js, Config: pcfg}
 	var m *inspect.Model
 	if *rebuild {
-		m, err = src.Rebuild(ctx, session, cfg, func(note string) { fmt.Fprintln(stderr, "note:", note) })
+		m, err = src.Rebuild(ctx, session, cfg, func(note string) { fmt.Fprintln(stderr, "note:", termtext.Escape(note)) })
 	} else {
 		m, err = src.Load(ctx, session)
 	}
@@ -85,12 +83,9 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintf(stderr, "wrote %s\n", *svgFile)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		err = enc.Encode(m)
+		err = writeJSON(stdout, m)
 	} else {
-		err = inspect.WriteText(stdout, m, inspect.TextOptions{Color: useColor, Width: *width})
+		err = inspect.WriteText(stdout, m, inspect.TextOptions{Color: useColor, Width: width})
 	}
 	if err != nil || !*verify {
 		return err
@@ -104,9 +99,9 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return err
 	}
 	fmt.Fprintf(stderr, "read the chain of %s: %d spill(s) from %s, %d events, %d bytes, every digest verified; session %s accepted %d events up to stream sequence %d\n",
-		chk.Name, len(chk.Chain), chk.Chain[0].Name, chk.Lines, chk.Bytes, session, chk.Accepted, chk.Chain[len(chk.Chain)-1].LastSeq)
+		termtext.Escape(chk.Name), len(chk.Chain), termtext.Escape(chk.Chain[0].Name), chk.Lines, chk.Bytes, session, chk.Accepted, chk.Chain[len(chk.Chain)-1].LastSeq)
 	for _, p := range chk.Problems {
-		fmt.Fprintln(stderr, "problem:", p)
+		fmt.Fprintln(stderr, "problem:", termtext.Escape(p))
 	}
 	if len(chk.Problems) > 0 {
 		return fmt.Errorf("the chain of %s does not hold exactly the session's accepted events (%d problem(s) above)", chk.Name, len(chk.Problems))
@@ -141,8 +136,12 @@ func colorFlag(v string, w io.Writer) (bool, error) {
 	return false, fmt.Errorf("%w: --color is %q; use auto, always or never", errUsage, v)
 }
 
-// isTerminal reports whether w is a character device, such as a terminal.
+// isTerminal reports whether w is a character device, such as a terminal;
+// for a command's standard error (diagnostics), whether the one it wraps is.
 func isTerminal(w io.Writer) bool {
+	if d, ok := w.(*diagnostics); ok {
+		w = d.stderr
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

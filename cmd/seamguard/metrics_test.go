@@ -297,7 +297,7 @@ func TestServeLogAndMetricsFlags(t *testing.T) {
 		{[]string{"serve", "--log-level", "loud"}, nil, `--log-level "loud": use debug, info, warn or error`},
 		{[]string{"serve"}, map[string]string{"SEAMGUARD_LOG_FORMAT": "yaml"}, `--log-format "yaml"`},
 		{[]string{"serve"}, map[string]string{"SEAMGUARD_LOG_LEVEL": "chatty"}, `--log-level "chatty"`},
-		{[]string{"serve", "--lag-interval", "1ms"}, nil, "--lag-interval 1ms is too short"},
+		{[]string{"serve", "--lag-interval", "1ms"}, nil, `invalid value "1ms" for flag -lag-interval: out of range; use 100ms to 1h`},
 		{[]string{"serve"}, map[string]string{"SEAMGUARD_LAG_INTERVAL": "often"}, "SEAMGUARD_LAG_INTERVAL"},
 	} {
 		t.Run(strings.Join(append(tc.args[1:], fmt.Sprint(tc.env)), " "), func(t *testing.T) {

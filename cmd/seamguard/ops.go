@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/spill"
@@ -87,25 +88,31 @@ func (c *clientFlags) close(err error) error {
 }
 
 func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
-	if len(args) == 0 || args[0] != "get" {
-		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE]", errUsage)
-	}
 	fs := flag.NewFlagSet("spill get", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
-	out := fs.String("o", "", "write the transcript to FILE (default: standard output)")
+	out := fs.String("o", "", "write the transcript to `FILE` (default: standard output); an existing FILE needs --force")
+	force := fs.Bool("force", false, "with -o: replace FILE if it exists, atomically (a symbolic link is replaced, not followed)")
 	only := fs.Bool("only", false, "read the spill NAME alone: only the events after its previous spill")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: seamguard spill get NAME [--only] [-o FILE]")
+		fmt.Fprintln(stderr, "usage: seamguard spill get NAME [--only] [-o FILE [--force]]")
 		fmt.Fprintln(stderr, "\nReads a spill (NAME as in its handle, e.g. my-session/3.jsonl) and verifies its digest.")
 		fmt.Fprintln(stderr, "A spill holds only the events after the session's previous spill, so by default the")
 		fmt.Fprintln(stderr, "whole chain is read, oldest spill first, each verified: the session's accepted events")
 		fmt.Fprintln(stderr, "from its first to NAME's last_seq, one JSON line each. --only reads NAME alone.")
+		fmt.Fprintln(stderr, "With -o the transcript goes to a new file, written whole or not at all.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args[1:])
+	switch {
+	case len(args) > 0 && args[0] == "get":
+		args = args[1:]
+	case len(args) > 0 && isHelpFlag(args[0]):
+	default:
+		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE [--force]]", errUsage)
+	}
+	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
@@ -113,6 +120,12 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fmt.Errorf("%w: spill get takes one spill name, such as my-session/1.jsonl", errUsage)
 	}
 	name := pos[0]
+	toFile := *out != "" && *out != "-"
+	if toFile {
+		if err := checkOutput(*out, *force); err != nil {
+			return err
+		}
+	}
 	ctx, js, cfg, err := cf.open(ctx, fs, "seamguard spill get")
 	if err != nil {
 		return err
@@ -122,7 +135,7 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 	var w io.Writer = stdout
 	var tmp *os.File
-	if *out != "" && *out != "-" {
+	if toFile {
 		tmp, err = os.CreateTemp(filepath.Dir(*out), ".spill-*")
 		if err != nil {
 			return fmt.Errorf("cannot write -o %s: %w", *out, err)
@@ -159,13 +172,73 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if tmp != nil {
 		if err := tmp.Close(); err != nil {
-			return err
+			return fmt.Errorf("cannot write -o %s: %w", *out, err)
 		}
-		if err := os.Rename(tmp.Name(), *out); err != nil {
+		if err := placeOutput(tmp.Name(), *out, *force); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintln(stderr, report)
+	fmt.Fprintln(stderr, termtext.Escape(report))
+	return nil
+}
+
+// isHelpFlag reports whether arg asks for help.
+func isHelpFlag(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "--h":
+		return true
+	}
+	return false
+}
+
+// checkOutput is the usage error for an output file that exists (a file,
+// a symbolic link, dangling or not, or anything else) unless force; a
+// directory is never replaced.
+func checkOutput(name string, force bool) error {
+	st, err := os.Lstat(name)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot write -o %s: %w", name, err)
+	case st.IsDir():
+		return fmt.Errorf("%w: -o %s is a directory; name a file in it", errUsage, name)
+	case !force:
+		what := "the file"
+		if st.Mode()&os.ModeSymlink != 0 {
+			what = "the symbolic link"
+		}
+		return fmt.Errorf("%w: -o %s: %s exists; give --force to replace it (or -o another name)", errUsage, name, what)
+	}
+	return nil
+}
+
+// placeOutput moves the finished temporary file tmp (in name's directory)
+// to name. With force it replaces whatever name is, in one rename: a
+// symbolic link itself, not what it points to. Without it, a hard link
+// puts it there only if name still does not exist, so that a file made
+// there while the transcript was being read is not lost either.
+func placeOutput(tmp, name string, force bool) error {
+	if force {
+		if err := os.Rename(tmp, name); err != nil {
+			return fmt.Errorf("cannot write -o %s: %w", name, err)
+		}
+		return nil
+	}
+	err := os.Link(tmp, name)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrExist):
+		return fmt.Errorf("%w: -o %s: it was created while the spill was being read; give --force to replace it", errUsage, name)
+	}
+	// A file system without hard links: check, then rename.
+	if err := checkOutput(name, false); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return fmt.Errorf("cannot write -o %s: %w", name, err)
+	}
 	return nil
 }
 
@@ -178,7 +251,8 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	kind := fs.String("kind", "", "only verdicts of this kind: allowed, refused, spilled, halted, rejected or violation")
 	all := fs.Bool("all", false, "start from the first verdict in the stream, not from now")
 	asJSON := fs.Bool("json", false, "print each verdict as its CloudEvent JSON")
-	max := fs.Int("max", 0, "stop after this many verdicts (0: until interrupted)")
+	var limit int
+	fs.Var(ints(&limit, 0, 1, 1_000_000_000).orZero(meansNoLimit), "max", "stop after this many verdicts")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard watch [--session S] [--kind K] [--all] [--json]")
 		fmt.Fprintln(stderr, "\nFollows verdicts as they are decided, one readable line each.")
@@ -230,7 +304,7 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer it.Stop()
 	go func() { <-ctx.Done(); it.Stop() }()
 	fmt.Fprintf(stderr, "watching %s\n", filter)
-	for n := 0; *max == 0 || n < *max; n++ {
+	for n := 0; limit == 0 || n < limit; n++ {
 		m, err := it.Next()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -239,12 +313,15 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return err
 		}
 		if *asJSON {
-			fmt.Fprintf(stdout, "%s\n", m.Data())
+			// As recorded, but safe for a terminal (termtext.JSON): the
+			// verdict stream holds what its publishers wrote.
+			b, _ := termtext.JSON(m.Data())
+			fmt.Fprintf(stdout, "%s\n", b)
 			continue
 		}
 		v, err := events.DecodeVerdict(m.Data())
 		if err != nil {
-			fmt.Fprintf(stdout, "%s: not a seamguard verdict: %v\n", m.Subject(), err)
+			fmt.Fprintf(stdout, "%s: not a seamguard verdict: %s\n", termtext.Escape(m.Subject()), termtext.Escape(err.Error()))
 			continue
 		}
 		fmt.Fprintln(stdout, describeVerdict(v))
@@ -252,7 +329,9 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return nil
 }
 
-// describeVerdict is one readable line about a verdict.
+// describeVerdict is one readable line about a verdict, escaped for a
+// terminal (termtext): the ids, names and messages in it come from the
+// wire, and a newline in one of them does not start another line.
 func describeVerdict(v *events.Verdict) string {
 	var b strings.Builder
 	if !v.Time.IsZero() {
@@ -293,7 +372,7 @@ func describeVerdict(v *events.Verdict) string {
 	case *events.CompactionViolation:
 		fmt.Fprintf(&b, " %s: %s", d.RequestID, d.Message)
 	}
-	return b.String()
+	return termtext.Escape(b.String())
 }
 
 const resumeUsage = `usage: seamguard resume SESSION --note TEXT [--timeout D]
@@ -326,7 +405,8 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	cf.register(fs)
 	note := fs.String("note", "", "why the unrecoverable offsets are accepted as lost (required; kept in the audit log)")
 	source := fs.String("source", "", "CloudEvents source of the resume (default urn:seamguard:operator:<user>@<host>)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the processor to take the resume")
+	timeout := new(time.Duration)
+	fs.Var(durations(timeout, 30*time.Second, 100*time.Millisecond, 24*time.Hour), "timeout", "how long to wait for the processor to take the resume")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, resumeUsage)
 		fs.PrintDefaults()

@@ -98,7 +98,8 @@ func runPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	cf.register(fs)
 	binary := fs.Bool("binary", false, "publish in binary content mode (ce- headers, percent-encoded; data as the body) instead of structured mode")
 	wait := fs.Bool("wait", false, "print the verdicts on the published events and wait until the processor has handled them all")
-	timeout := fs.Duration("timeout", 30*time.Second, "with --wait: give up when the processor has answered nothing for this long")
+	timeout := new(time.Duration)
+	fs.Var(durations(timeout, 30*time.Second, 100*time.Millisecond, 24*time.Hour), "timeout", "with --wait: give up when the processor has answered nothing for this long")
 	keepGoing := fs.Bool("keep-going", false, "publish the good lines and skip the bad ones (each reported) instead of publishing nothing; the exit status is still 1")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, publishUsage)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/inspect"
+	"github.com/seamguard/seamguard/internal/termtext"
 )
 
 // errDiffer is returned when a replay finds a difference; the exit status
@@ -93,13 +93,10 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	for _, n := range notes {
-		fmt.Fprintln(stderr, "note:", n)
+		fmt.Fprintln(stderr, "note:", termtext.Escape(n))
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			return err
 		}
 	} else {
@@ -130,8 +127,10 @@ func parseSince(v string) (uint64, time.Time, error) {
 }
 
 // writeReplay prints a replay's report: one block per difference, then a
-// summary line.
+// summary line. Every string of the report is escaped (termtext): ids,
+// types and the values of the fields that differ come from the streams.
 func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
+	esc := termtext.Escape
 	kinds := map[string]int{}
 	for _, d := range rep.Differences {
 		kinds[d.Kind]++
@@ -149,21 +148,21 @@ func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
 		if session == "" {
 			session = events.InvalidSession
 		}
-		fmt.Fprintf(w, "%-9s %s  %s  %s  %s", d.Kind, session, strings.TrimPrefix(d.Type, events.TypePrefix), d.ID, where)
+		fmt.Fprintf(w, "%-9s %s  %s  %s  %s", esc(d.Kind), esc(session), esc(strings.TrimPrefix(d.Type, events.TypePrefix)), esc(d.ID), where)
 		if d.Cause != "" {
-			fmt.Fprintf(w, "  (answers %s)", d.Cause)
+			fmt.Fprintf(w, "  (answers %s)", esc(d.Cause))
 		}
 		fmt.Fprintln(w)
 		switch d.Kind {
 		case "missing":
-			fmt.Fprintf(w, "          derived, not in %s: %s\n", rep.VerdictStream, d.Derived)
+			fmt.Fprintf(w, "          derived, not in %s: %s\n", esc(rep.VerdictStream), esc(d.Derived))
 		case "extra":
-			fmt.Fprintf(w, "          in %s, not derived: %s\n", rep.VerdictStream, d.Recorded)
+			fmt.Fprintf(w, "          in %s, not derived: %s\n", esc(rep.VerdictStream), esc(d.Recorded))
 		case "duplicate":
 			fmt.Fprintf(w, "          recorded more than once\n")
 		case "different", "state":
 			for _, f := range d.Fields {
-				fmt.Fprintf(w, "          %s\n", f)
+				fmt.Fprintf(w, "          %s\n", esc(f))
 			}
 		}
 	}
@@ -172,7 +171,7 @@ func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
 		from = fmt.Sprintf(", compared from input seq %d", rep.FromSeq)
 	}
 	fmt.Fprintf(w, "replayed %d events of %d session(s) from %s%s: %d verdicts derived, %d recorded in %s, %d identical; %d session ledger(s) compared with bucket %s",
-		rep.Events, rep.Sessions, rep.EventsStream, from, rep.Derived, rep.Recorded, rep.VerdictStream, rep.Matched, rep.States, rep.StateBucket)
+		rep.Events, rep.Sessions, esc(rep.EventsStream), from, rep.Derived, rep.Recorded, esc(rep.VerdictStream), rep.Matched, rep.States, esc(rep.StateBucket))
 	if len(rep.Differences) == 0 {
 		fmt.Fprintln(w, "; no difference")
 		return

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -40,20 +39,23 @@ type limitFlags struct {
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&f.l.MaxRanges, "max-ranges", ledger.DefaultMaxRanges, "most ranges any one set of a session's ledger may hold (received, truncated, coverage, spilled, waived, pinned); more halts the session (state_limit)")
-	fs.IntVar(&f.l.MaxRequests, "max-requests", ledger.DefaultMaxRequests, fmt.Sprintf("request ids a session remembers (at least %d); a commit of a forgotten one is a violation", ledger.DefaultMaxRequests))
-	f.snapshotBytes = ledger.DefaultMaxSnapshotBytes
-	fs.Var(sizeValue{&f.snapshotBytes}, "max-snapshot-bytes", "most bytes a session's snapshot may take (serve keeps it under the bucket's value limit); more halts the session (state_limit)")
-	f.spillQuota = int64(ledger.DefaultSpillQuota)
-	fs.Var(sizeValue{&f.spillQuota}, "spill-quota", "most bytes all the spills of one session may take, e.g. 1GiB; a spill past it halts the session")
+	fs.Var(ints(&f.l.MaxRanges, ledger.DefaultMaxRanges, 1, maxRanges).orZero(meansDefault), "max-ranges", "most ranges any one set of a session's ledger may hold (received, truncated, coverage, spilled, waived, pinned); more halts the session (state_limit)")
+	fs.Var(ints(&f.l.MaxRequests, ledger.DefaultMaxRequests, ledger.DefaultMaxRequests, maxRequests).orZero(meansDefault), "max-requests", "request ids a session remembers; a commit of a forgotten one is a violation")
+	fs.Var(sizes(&f.snapshotBytes, ledger.DefaultMaxSnapshotBytes, ledger.MinSnapshotBytes, maxSnapshotBytes).orZero(meansDefault), "max-snapshot-bytes", "most bytes a session's snapshot may take (serve keeps it under the bucket's value limit); more halts the session (state_limit)")
+	fs.Var(sizes(&f.spillQuota, ledger.DefaultSpillQuota, 1<<20, 1<<50).orZero(meansDefault), "spill-quota", "most bytes all the spills of one session may take, e.g. 1GiB; a spill past it halts the session")
 }
+
+// Upper bounds of the limit flags: far above any session seamguard is
+// built for, low enough that a typo cannot ask for what no machine has.
+const (
+	maxRanges        = 10_000_000
+	maxRequests      = 1_000_000
+	maxSnapshotBytes = 64 << 20 // the largest max_payload a NATS server takes
+)
 
 // limits returns the limits the flags say.
 func (f *limitFlags) limits() (ledger.Limits, error) {
 	l := f.l
-	if f.snapshotBytes > math.MaxInt32 {
-		return l, fmt.Errorf("%w: --max-snapshot-bytes %d is more than a NATS message can hold; use at most 64MiB", errUsage, f.snapshotBytes)
-	}
 	l.MaxSnapshotBytes = int(f.snapshotBytes)
 	l.SpillQuota = uint64(f.spillQuota)
 	if err := l.Validate(); err != nil {
@@ -64,27 +66,29 @@ func (f *limitFlags) limits() (ledger.Limits, error) {
 
 func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Prefix, "prefix", "seamguard", "first subject token and stem of every stream, bucket and object store name")
-	fs.IntVar(&p.cfg.Replicas, "replicas", 0, "replicas of streams, bucket and object store; 0: 3 on a cluster of 3 or more servers, else 1")
-	fs.IntVar(&p.cfg.Shards, "shards", processor.DefaultShards, "owner goroutines; each session always goes to the same one")
-	fs.IntVar(&p.cfg.Partitions, "partitions", 0, fmt.Sprintf("partitions of the events stream, each consumed by one instance at a time; 0: the existing stream's, or %d for a new one (fixed once the stream exists)", processor.DefaultPartitions))
-	fs.DurationVar(&p.cfg.LeaseTTL, "lease-ttl", processor.DefaultLeaseTTL, "how long a partition's lease outlives an instance that stopped renewing it: the failover time (the same on every instance)")
-	fs.DurationVar(&p.cfg.LeaseTTL, "pinned-ttl", processor.DefaultLeaseTTL, "the former name of --lease-ttl")
-	p.cfg.EventsMaxAge = processor.DefaultEventsMaxAge
-	fs.Var(durationValue{&p.cfg.EventsMaxAge}, "events-max-age", "how long input events are kept (spills need them), e.g. 7d or 48h")
-	fs.Var(durationValue{&p.cfg.VerdictsMaxAge}, "verdicts-max-age", "how long verdicts are kept; 0 keeps them forever")
+	fs.Var(ints(&p.cfg.Replicas, 0, 1, 5).orZero(meansAutoReplicas), "replicas", "replicas of streams, bucket and object store")
+	fs.Var(ints(&p.cfg.Shards, processor.DefaultShards, 1, 1024), "shards", "owner goroutines; each session always goes to the same one")
+	fs.Var(ints(&p.cfg.Partitions, 0, 1, 1024).orZero(meansDefaultPartitions), "partitions", "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
+	fs.Var(durations(&p.cfg.LeaseTTL, processor.DefaultLeaseTTL, time.Second, time.Hour), "lease-ttl", "how long a partition's lease outlives an instance that stopped renewing it: the failover time (the same on every instance)")
+	fs.Var(durations(&p.cfg.LeaseTTL, processor.DefaultLeaseTTL, time.Second, time.Hour), "pinned-ttl", "the former name of --lease-ttl")
+	fs.Var(durations(&p.cfg.EventsMaxAge, processor.DefaultEventsMaxAge, time.Minute, maxRetention), "events-max-age", "how long input events are kept (spills need them), e.g. 7d or 48h")
+	fs.Var(durations(&p.cfg.VerdictsMaxAge, 0, time.Minute, maxRetention).orZero(meansForever), "verdicts-max-age", "how long verdicts are kept")
 	fs.StringVar(&p.policy, "policy", "spill", "what an unrecoverable compaction gets: spill (refuse and spill the transcript) or halt")
 	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
-	fs.DurationVar(&p.cfg.AckWait, "ack-wait", processor.DefaultAckWait, "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
-	fs.DurationVar(&p.cfg.RetryFor, "retry-for", processor.DefaultRetryFor, "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
-	fs.DurationVar(&p.cfg.StartTimeout, "start-timeout", processor.DefaultStartTimeout, "how long serve waits at start for NATS to answer while it sets up its streams, buckets and consumers (a cluster restarting) before it gives up")
-	fs.DurationVar(&p.cfg.DrainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
+	fs.Var(durations(&p.cfg.AckWait, processor.DefaultAckWait, time.Second, time.Hour), "ack-wait", "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
+	fs.Var(durations(&p.cfg.RetryFor, processor.DefaultRetryFor, time.Second, time.Hour), "retry-for", "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
+	fs.Var(durations(&p.cfg.StartTimeout, processor.DefaultStartTimeout, time.Second, time.Hour), "start-timeout", "how long serve waits at start for NATS to answer while it sets up its streams, buckets and consumers (a cluster restarting) before it gives up")
+	fs.Var(durations(&p.cfg.DrainTimeout, processor.DefaultDrainTimeout, time.Second, time.Hour), "drain-timeout", "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
 	p.limits.register(fs)
-	fs.Var(sizeValue{&p.cfg.SpillBucketMaxBytes}, "spill-bucket-max-bytes", "the most the spill bucket may hold, e.g. 50GiB; a spill that does not fit halts its session; 0: no limit but the server's storage")
-	fs.DurationVar(&p.cfg.SweepEvery, "sweep-every", processor.DefaultSweepEvery, "how often the spill bucket is swept for orphaned chunks (of spills cut short by a crash); negative: never")
-	fs.DurationVar(&p.cfg.SweepMinAge, "sweep-min-age", processor.DefaultSweepMinAge, "how old unnamed chunks must be before a sweep purges them")
-	fs.IntVar(&p.cfg.MaxSessions, "max-sessions", processor.DefaultMaxSessions, "sessions kept in memory; past it the least used leave memory and are read from the bucket when next used")
+	fs.Var(sizes(&p.cfg.SpillBucketMaxBytes, 0, processor.MinSpillBucketMaxBytes, 1<<60).orZero(meansNoBucketMax), "spill-bucket-max-bytes", "the most the spill bucket may hold, e.g. 50GiB; a spill that does not fit halts its session")
+	fs.Var(durations(&p.cfg.SweepEvery, processor.DefaultSweepEvery, time.Second, 24*time.Hour).orNegative(meansNever), "sweep-every", "how often the spill bucket is swept for orphaned chunks (of spills cut short by a crash)")
+	fs.Var(durations(&p.cfg.SweepMinAge, processor.DefaultSweepMinAge, 2*time.Second, 24*time.Hour), "sweep-min-age", "how old unnamed chunks must be before a sweep purges them")
+	fs.Var(ints(&p.cfg.MaxSessions, processor.DefaultMaxSessions, 1, 100_000_000), "max-sessions", "sessions kept in memory; past it the least used leave memory and are read from the bucket when next used")
 }
+
+// maxRetention bounds the retention flags: ten years.
+const maxRetention = 3650 * 24 * time.Hour
 
 func (p *procFlags) config() (processor.Config, error) {
 	c := p.cfg
@@ -159,7 +163,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	monitor := fs.String("nats-monitor-url", "", "monitoring endpoints of the NATS servers (e.g. http://a:8222,http://b:8222), read at start to check that they sync before acknowledging; without it serve asks through the system account, if its user may")
 	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming")
 	healthListen := fs.String("health-listen", "", "serve /healthz, /readyz and /metrics on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
-	lagInterval := fs.Duration("lag-interval", 15*time.Second, "how often the consumer lag metric asks the server (with --health-listen)")
+	var lagInterval time.Duration
+	fs.Var(durations(&lagInterval, 15*time.Second, 100*time.Millisecond, time.Hour), "lag-interval", "how often the consumer lag metric asks the server (with --health-listen)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -190,9 +195,6 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		return err
-	}
-	if *lagInterval < 100*time.Millisecond {
-		return fmt.Errorf("%w: --lag-interval %s is too short; use 100ms or more (the default is 15s)", errUsage, *lagInterval)
 	}
 
 	sync, err := embedded.ParseSync(*syncFlag)
@@ -298,7 +300,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		lagCtx, stopLag := context.WithCancel(ctx)
 		go func() {
 			defer close(lagDone)
-			rec.WatchConsumers(lagCtx, js, pc.Names().Events, consumers, *lagInterval, log)
+			rec.WatchConsumers(lagCtx, js, pc.Names().Events, consumers, lagInterval, log)
 		}()
 		defer func() { stopLag(); <-lagDone }()
 		log.Info("health endpoints", "url", "http://"+addr+"/healthz", "metrics", "http://"+addr+"/metrics")

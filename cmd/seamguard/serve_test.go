@@ -334,7 +334,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--policy", "maybe"}, "--policy"},
 		{[]string{"serve", "--listen", "nowhere"}, "--listen"},
 		{[]string{"serve", "--tlscert", "x"}, "--tlscert and --tlskey"},
-		{[]string{"serve", "--shards", "-1"}, "Shards is -1"},
+		{[]string{"serve", "--shards", "-1"}, `invalid value "-1" for flag -shards: out of range; use 1 to 1024`},
 		{[]string{"serve", "--events-max-age", "soon"}, "events-max-age"},
 		{[]string{"serve", "extra"}, "no arguments"},
 		{[]string{"watch", "--kind", "odd"}, "--kind"},
