@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/metrics"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
@@ -127,6 +128,10 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
+		// encoding/json leaves DEL, C1 and bidi controls raw in strings, and
+		// log lines quote what came from the wire: escape them as the
+		// terminal output is.
+		opts.ReplaceAttr = escapeLogAttr
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("%w: --log-format %q: use text or json", errUsage, format)
@@ -321,4 +326,21 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		log.Warn("drain", "err", err)
 	}
 	return nil
+}
+
+// escapeLogAttr escapes the control characters of a log attribute's string,
+// or of an error's text (termtext.Escape).
+func escapeLogAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		a.Value = slog.StringValue(termtext.Escape(a.Value.String()))
+	case slog.KindAny:
+		switch v := a.Value.Any().(type) {
+		case error:
+			a.Value = slog.StringValue(termtext.Escape(v.Error()))
+		case fmt.Stringer:
+			a.Value = slog.StringValue(termtext.Escape(v.String()))
+		}
+	}
+	return a
 }
