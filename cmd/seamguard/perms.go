@@ -214,6 +214,29 @@ type denials struct {
 	other  func(error)  // other asynchronous errors
 	report func(denial) // every denial, as it is recorded
 	told   map[string]bool
+
+	// quiet, set by silence, stops other and report: a connection's
+	// asynchronous errors may come after the command that logs them has
+	// returned. callMu is held while they run.
+	callMu sync.Mutex
+	quiet  bool
+}
+
+// silence stops every later call of other and report, and waits for the one
+// running, if any. Call it before the writer they log to goes away.
+func (d *denials) silence() {
+	d.callMu.Lock()
+	d.quiet = true
+	d.callMu.Unlock()
+}
+
+// call runs f unless silenced.
+func (d *denials) call(f func()) {
+	d.callMu.Lock()
+	defer d.callMu.Unlock()
+	if !d.quiet {
+		f()
+	}
 }
 
 // first reports whether v is the first denial of its grant (or, when no
@@ -247,7 +270,7 @@ func (d *denials) handle(_ *nats.Conn, _ *nats.Subscription, err error) {
 		other := d.other
 		d.mu.Unlock()
 		if other != nil {
-			other(err)
+			d.call(func() { other(err) })
 		}
 		return
 	}
@@ -267,7 +290,7 @@ func (d *denials) handle(_ *nats.Conn, _ *nats.Subscription, err error) {
 		c()
 	}
 	if report != nil {
-		report(v)
+		d.call(func() { report(v) })
 	}
 }
 

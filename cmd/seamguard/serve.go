@@ -243,6 +243,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	askSys := func(v denial) bool { return v.verb == "publish" && strings.HasPrefix(v.subject, "$SYS.REQ.") }
 	notSys := func(v denial) bool { return !askSys(v) }
 	denied := &denials{grants: shippedGrants(cfg), prefer: "processor", other: func(err error) { log.Warn("NATS reported an error", "err", err) }}
+	// Nothing of the connection is logged once serve has returned: its
+	// caller may then use the log's writer.
+	defer denied.silence()
 	denied.report = func(v denial) {
 		if denied.first(v) && notSys(v) {
 			log.Error("NATS refused a permission", "refusal", denied.describe(v))
