@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/seamguard/seamguard/internal/bench"
@@ -42,9 +43,12 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.BoolVar(&inProcess, "in-process", false, "run the embedded server in this process (memory figures then include the server's)")
 	fs.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of this process (the processor and the clients) to this file")
 	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile of this process to this file while the sessions of measurement 3 are live")
+	fs.StringVar(&cfg.SessionsCPUProfile, "sessions-cpuprofile", "", "write a CPU profile of this process to this file while seamguard decides the events of the sessions measurement's largest size (with --in-process the server's work is in it too), and where its goroutines wait to FILE.block")
+	sizesFlag := fs.String("session-sizes", "", "comma-separated numbers of live sessions the sessions measurement measures at, ascending (default 100000,500000,1000000; --quick: 1000,3000)")
+	fs.Var(ints(&cfg.SessionEvents, 0, 1, 10_000_000).orZero(meansDefault), "session-events", "events the sessions measurement decides at each size, one per session (20000; --quick: 1000)")
 	syncFlag := fs.String("sync-interval", "always", "how the servers the run starts sync, as serve's --sync-interval: always (fsync before acknowledging; serve's default) or an interval such as 2m; both sides of every ratio use it")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: seamguard bench [--quick] [--nats-url URL] [--skip LIST] [--json FILE]")
+		fmt.Fprintln(stderr, "usage: seamguard bench [--quick] [--nats-url URL] [--skip LIST] [--session-sizes LIST] [--json FILE]")
 		fmt.Fprintln(stderr, "\nMeasures seamguard against raw JetStream on the same server: ingest, decision")
 		fmt.Fprintln(stderr, "latency, many sessions, decision cost and spills, and prints a table.")
 		fmt.Fprintln(stderr, "\nflags:")
@@ -62,6 +66,15 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	if cfg.SyncInterval, err = embedded.ParseSync(*syncFlag); err != nil {
 		return fmt.Errorf("%w: --sync-interval %q: use always, or a positive duration such as 2m", errUsage, *syncFlag)
+	}
+	if *sizesFlag != "" {
+		for _, f := range strings.Split(*sizesFlag, ",") {
+			n, err := strconv.Atoi(strings.ReplaceAll(strings.TrimSpace(f), "_", ""))
+			if err != nil {
+				return fmt.Errorf("%w: --session-sizes %q: %q is not a number", errUsage, *sizesFlag, f)
+			}
+			cfg.SessionSizes = append(cfg.SessionSizes, n)
+		}
 	}
 	if skip != "" {
 		cfg.Skip = strings.Split(skip, ",")

@@ -66,6 +66,17 @@ func TestBenchQuick(t *testing.T) {
 	require.Positive(t, rep.Sessions.HeapPerSession, "live sessions hold memory")
 	require.Less(t, rep.Sessions.HeapPerSession, 64.0*1024, "no session holds 64 KiB")
 	require.Positive(t, rep.Sessions.SnapshotBytes)
+	require.Equal(t, "always", rep.Sessions.Sync)
+	require.Len(t, rep.Sessions.Sizes, 2)
+	for _, z := range rep.Sessions.Sizes {
+		require.Positive(t, z.SeamguardPerSec)
+		require.Positive(t, z.PutPerSec)
+		require.Positive(t, z.CASPerSec)
+		require.Positive(t, z.ConsumePerSec)
+		lowest := min(z.PutPerSec, z.CASPerSec, z.ConsumePerSec)
+		require.InDelta(t, z.SeamguardPerSec/lowest, z.Ratio, 1e-9, "the ratio is to the lowest anchor")
+		require.InDelta(t, 1.0, z.WritesPerEvent, 0.01, "one state write per event: no two events of a session share a batch")
+	}
 	require.NotNil(t, rep.Decision)
 	require.Len(t, rep.Decision.Points, 3)
 	last := rep.Decision.Points[2]
@@ -84,4 +95,10 @@ func TestBenchUsage(t *testing.T) {
 	require.Equal(t, 2, run(context.Background(), []string{"bench", "--skip", "nothing"}, nil, &stdout, &stderr))
 	require.Contains(t, stderr.String(), `Skip names "nothing"`)
 	require.Equal(t, 2, run(context.Background(), []string{"bench", "extra"}, nil, &stdout, &stderr))
+	stderr.Reset()
+	require.Equal(t, 2, run(context.Background(), []string{"bench", "--session-sizes", "500000,100000"}, nil, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "not ascending")
+	stderr.Reset()
+	require.Equal(t, 2, run(context.Background(), []string{"bench", "--session-sizes", "100k"}, nil, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "not a number")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,8 +34,21 @@ type Config struct {
 	// Progress receives a line as each step starts; nil discards.
 	Progress io.Writer
 	// HeapProfile, when set, names a file to write a heap profile to while
-	// the many sessions of measurement 3 are live.
+	// the sessions of measurement 3's largest size are held.
 	HeapProfile string
+	// SessionsCPUProfile, when set, names a file to write a CPU profile of
+	// this process to while seamguard decides the events of measurement
+	// 3's largest size (with an in-process server, the server's work is in
+	// it too).
+	SessionsCPUProfile string
+	// SessionSizes are the numbers of live sessions measurement 3 measures
+	// at, ascending; nil means 100,000, 500,000 and 1,000,000 (Quick: a
+	// few thousand).
+	SessionSizes []int
+	// SessionEvents is how many events each size of measurement 3 decides,
+	// one each for as many distinct sessions; 0 means 20,000 (Quick:
+	// 1,000). A size with fewer sessions takes as many events as sessions.
+	SessionEvents int
 	// Skip names measurements to leave out: "ingest", "latency",
 	// "sessions", "decision", "spill".
 	Skip []string
@@ -53,6 +67,19 @@ func (c Config) Validate() error {
 	}
 	if c.URL != "" && len(c.Child) > 0 {
 		errs = append(errs, errors.New("bench: both URL and Child are set; a run measures one server"))
+	}
+	for i, n := range c.SessionSizes {
+		switch {
+		case n <= 0:
+			errs = append(errs, fmt.Errorf("bench: SessionSizes holds %d; sizes are positive", n))
+		case n > 9_999_999:
+			errs = append(errs, fmt.Errorf("bench: SessionSizes holds %d; at most 9,999,999", n))
+		case i > 0 && n <= c.SessionSizes[i-1]:
+			errs = append(errs, fmt.Errorf("bench: SessionSizes %v is not ascending", c.SessionSizes))
+		}
+	}
+	if c.SessionEvents < 0 {
+		errs = append(errs, fmt.Errorf("bench: SessionEvents %d is negative; 0 means the default", c.SessionEvents))
 	}
 	known := map[string]bool{"ingest": true, "latency": true, "sessions": true, "decision": true, "spill": true}
 	for _, s := range c.Skip {
@@ -169,11 +196,31 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.Latency = res
 			return err
 		}),
-		with("sessions", func(s *server) error {
-			res, err := runSessions(ctx, s, sz.sessions, sz.sessionTurns, cfg.HeapProfile, progress)
+		func() error {
+			// The sessions measurement restarts its server between
+			// writing the sessions and measuring, so it starts its own.
+			if cfg.skips("sessions") {
+				return nil
+			}
+			step++
+			progress("sessions")
+			sizes, perSize := sz.sessionSizes, sz.sessionEvents
+			if len(cfg.SessionSizes) > 0 {
+				sizes = cfg.SessionSizes
+			}
+			if cfg.SessionEvents > 0 {
+				perSize = cfg.SessionEvents
+			}
+			res, err := runSessions(ctx, cfg, filepath.Join(dir, fmt.Sprintf("%d-sessions", step)), sizes, perSize, cfg.HeapProfile, cfg.SessionsCPUProfile, progress)
 			r.Sessions = res
-			return err
-		}),
+			if res != nil {
+				r.Server = res.Server
+			}
+			if err != nil {
+				return fmt.Errorf("sessions: %w", err)
+			}
+			return nil
+		}(),
 		func() error {
 			if cfg.skips("decision") {
 				return nil
@@ -201,8 +248,8 @@ type runSizes struct {
 	ingestSessions  int
 	ingestRounds    int
 	latencyRequests int
-	sessions        int
-	sessionTurns    int
+	sessionSizes    []int
+	sessionEvents   int
 	decisionSizes   []int
 	decisionTime    time.Duration
 	spillSizes      []int64 // the last is the one compared with a raw put
@@ -214,7 +261,7 @@ func sizes(quick bool) runSizes {
 		return runSizes{
 			ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{4_000, 1_000}, ingestSessions: 10, ingestRounds: 1,
 			latencyRequests: 100,
-			sessions:        4_000, sessionTurns: 2,
+			sessionSizes:    []int{1_000, 3_000}, sessionEvents: 1_000,
 			decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: 100 * time.Millisecond,
 			spillSizes: []int64{4 << 20, 16 << 20}, spillRounds: 1,
 		}
@@ -222,7 +269,7 @@ func sizes(quick bool) runSizes {
 	return runSizes{
 		ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{50_000, 12_000}, ingestSessions: 100, ingestRounds: 5,
 		latencyRequests: 2_000,
-		sessions:        1_000_000, sessionTurns: 2,
+		sessionSizes:    []int{100_000, 500_000, 1_000_000}, sessionEvents: 20_000,
 		decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: time.Second,
 		spillSizes: []int64{64 << 20, 256 << 20}, spillRounds: 3,
 	}
@@ -263,14 +310,45 @@ func (r *Report) rows() {
 		add("latency_p99", Row{Item: "2 latency", Metric: fmt.Sprintf("p99 of %d requests", l.Requests),
 			Seamguard: dur(l.Seamguard.P99), Raw: dur(l.Raw.P99), Ratio: ratio(l.Seamguard.P99, l.Raw.P99), Target: "<= 3", Met: met(ratio(l.Seamguard.P99, l.Raw.P99) <= 3)})
 	}
-	if s := r.Sessions; s != nil {
-		add("session_rss", Row{Item: "3 sessions", Metric: fmt.Sprintf("RSS per session opened, %d sessions, %d held in memory (cap %d; heap: %.0f B)", s.Sessions, s.Held, s.MaxSessions, s.HeapPerSession),
-			Seamguard: fmt.Sprintf("%.0f B", s.RSSPerSession), Raw: "-", Target: "<= 1024 B", Met: met(s.RSSPerSession <= 1024)})
-		if n := len(s.Stages); n > 1 {
-			first, last := s.Stages[0], s.Stages[n-1]
-			add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("snapshot writes/s, at %d vs %d live sessions", last.Sessions, first.Sessions),
-				Seamguard: fmt.Sprintf("%.0f vs %.0f", last.WritesPerSec, first.WritesPerSec), Raw: "-", Ratio: ratio(last.WritesPerSec, first.WritesPerSec), Target: "(flat)"})
+	if s := r.Sessions; s != nil && len(s.Sizes) > 0 {
+		for _, z := range s.Sizes {
+			target, ok := "(report)", (*bool)(nil)
+			if z.Sessions >= 1_000_000 {
+				target, ok = ">= 0.5", met(z.Ratio >= 0.5)
+			}
+			lowest := 0.0
+			for _, a := range z.anchors() {
+				if a.name == z.Lowest {
+					lowest = a.v
+				}
+			}
+			add(fmt.Sprintf("sessions_%d", z.Sessions), Row{Item: "3 sessions", Metric: fmt.Sprintf("events/s at %s live sessions, %s events one per session, vs the lowest anchor (%s); sync %s", thousands(z.Sessions), thousands(z.Events), z.Lowest, s.Sync),
+				Seamguard: fmt.Sprintf("%.0f", z.SeamguardPerSec), Raw: fmt.Sprintf("%.0f", lowest), Ratio: z.Ratio, Target: target, Met: ok})
+			for _, a := range []struct {
+				what string
+				v    float64
+			}{
+				{"raw KV puts/s of existing keys, pipelined", z.PutPerSec},
+				{"raw KV compare-and-set updates/s, pipelined", z.CASPerSec},
+				{"raw consume of the same events/s, AckAll per fetch", z.ConsumePerSec},
+			} {
+				add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("  %s, %s keys", a.what, thousands(z.Sessions)),
+					Seamguard: fmt.Sprintf("%.0f", z.SeamguardPerSec), Raw: fmt.Sprintf("%.0f", a.v), Ratio: ratio(z.SeamguardPerSec, a.v), Target: "(anchor)"})
+			}
 		}
+		if n := len(s.Sizes); n > 1 {
+			first, last := s.Sizes[0], s.Sizes[n-1]
+			target, ok := "(report)", (*bool)(nil)
+			if last.Sessions >= 1_000_000 && first.Sessions <= 100_000 {
+				target, ok = ">= 0.9", met(ratio(last.SeamguardPerSec, first.SeamguardPerSec) >= 0.9)
+			}
+			add("sessions_scale", Row{Item: "3 sessions", Metric: fmt.Sprintf("events/s at %s vs %s live sessions", thousands(last.Sessions), thousands(first.Sessions)),
+				Seamguard: fmt.Sprintf("%.0f vs %.0f", last.SeamguardPerSec, first.SeamguardPerSec), Raw: "-", Ratio: ratio(last.SeamguardPerSec, first.SeamguardPerSec), Target: target, Met: ok})
+		}
+		// Every session the last round touched is held, most with a live
+		// ledger: the cost of a held session, not of one opened.
+		add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("RSS per session held in memory after the last round, %d held (cap %d; heap: %.0f B)", s.Held, s.MaxSessions, s.HeapPerSession),
+			Seamguard: fmt.Sprintf("%.0f B", s.RSSPerSession), Raw: "-", Target: "(report)"})
 	}
 	if d := r.Decision; d != nil && len(d.Points) > 0 {
 		last := d.Points[len(d.Points)-1]
@@ -297,6 +375,15 @@ func (r *Report) rows() {
 				Target: "independent of size", Met: met(b.PeakGrowth < 64<<20 && float64(b.PeakGrowth) < 2*float64(max(a.PeakGrowth, 8<<20)))})
 		}
 	}
+}
+
+// thousands formats n with commas: 1,000,000.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func mib(n uint64) float64 { return float64(n) / (1 << 20) }

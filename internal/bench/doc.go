@@ -4,8 +4,11 @@
 //
 // Run measures five things (see Report): ingest throughput of the processor
 // against a plain durable pull consumer on the same events; decision latency
-// against a raw publish, consume and reply round trip; memory per live
-// session with a million sessions, and how snapshot writes scale; the cost
+// against a raw publish, consume and reply round trip; events per second
+// at 100,000 to a million live sessions, each event of a different session,
+// against three raw anchors at the same key count (pipelined KV puts of
+// existing keys, pipelined compare-and-set updates, a pull consumer reading
+// the same events), and memory per session held; the cost
 // of one decision against the number of truncated ranges, and against a
 // straightforward port of the seed's reference check; and a spill against a
 // raw object store put of the same bytes.
@@ -17,8 +20,10 @@
 // The Report says which.
 //
 // For profiling, `seamguard bench --cpuprofile FILE` profiles this process
-// (the processor and the clients), `--memprofile FILE` writes a heap
-// profile while the million sessions are live, and SEAMGUARD_BENCH_SERVER_CPUPROFILE=FILE
+// (the processor and the clients), `--sessions-cpuprofile FILE` only while
+// seamguard decides the events of the largest number of sessions (with
+// `--in-process`, the server too), `--memprofile FILE` writes a heap
+// profile while those sessions are held, and SEAMGUARD_BENCH_SERVER_CPUPROFILE=FILE
 // makes each child server profile itself (each overwrites the last: skip
 // all measurements but one). SEAMGUARD_BENCH_LOG=info shows the processors' logs.
 //

@@ -145,7 +145,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 		lcfg := cfg
 		lcfg.Durable = fmt.Sprintf("layout%d", r)
 		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, func() (time.Duration, error) {
-			return consumeLayout(ctx, s.js, lcfg, n)
+			return consumeLayout(ctx, s.js, lcfg, n, false)
 		}); err != nil {
 			return res, err
 		}
@@ -163,7 +163,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 			return res, err
 		}
 		if err := timed("seamguard processor", &res.SeamguardRounds, func() (time.Duration, error) {
-			return process(ctx, s.js, p, uint64(n))
+			return process(ctx, s.js, p, uint64(n), nil)
 		}); err != nil {
 			return res, err
 		}
@@ -234,8 +234,9 @@ func createConsumers(ctx context.Context, js jetstream.JetStream, cfg processor.
 }
 
 // process runs p until it has handled want inputs and acknowledged every
-// one, and returns how long that took.
-func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor, want uint64) (time.Duration, error) {
+// one, and returns how long that took. held, if not nil, is called then,
+// before p stops.
+func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor, want uint64, held func()) (time.Duration, error) {
 	// Every input is either decided on delivery (Handled) or read from the
 	// stream ahead of its delivery (CaughtUp) and then skipped.
 	decided := func() uint64 { st := p.Stats(); return st.Handled + st.CaughtUp }
@@ -275,6 +276,9 @@ func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor
 		}
 	}
 	took := time.Since(start)
+	if held != nil {
+		held() // p still runs, with what it holds
+	}
 	cancel()
 	if err := <-done; err != nil {
 		return 0, err
@@ -368,13 +372,16 @@ func dropResources(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 // consumeLayout reads cfg's events stream through consumers laid out as the
 // processor lays out its own (see IngestResult.Layout), until n messages
 // are acknowledged, and returns how long that took. The consumers are
-// created before the clock starts and deleted after.
-func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Config, n int) (time.Duration, error) {
+// created (or found) before the clock starts, and deleted after unless keep
+// is set.
+func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Config, n int, keep bool) (time.Duration, error) {
 	cfg = cfg.WithDefaults()
 	conss, err := createConsumers(ctx, js, cfg)
 	defer func() {
 		for _, c := range conss {
-			_ = js.DeleteConsumer(context.WithoutCancel(ctx), cfg.Names().Events, c.CachedInfo().Name)
+			if !keep {
+				_ = js.DeleteConsumer(context.WithoutCancel(ctx), cfg.Names().Events, c.CachedInfo().Name)
+			}
 		}
 	}()
 	if err != nil {

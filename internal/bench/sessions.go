@@ -3,161 +3,588 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/heapwatch"
 	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/processor/ledger"
 )
 
-// SessionsResult is what many live sessions cost the processor: memory per
-// session and snapshot writes as the number of sessions grows.
+// SessionsResult is what many live sessions cost: at each number of live
+// sessions, seamguard's events per second on events spread over them, and
+// three raw JetStream anchors measured on the same server at the same key
+// count, in the same run.
 type SessionsResult struct {
-	Sessions int `json:"sessions"`
-	Events   int `json:"events"`
 	// Where the server ran: when "in process", RSS includes the server's
 	// own memory and says little about the processor's.
-	Server         string  `json:"server"`
+	Server string `json:"server"`
+	// Sync is the setting every figure was measured under; Populate the
+	// one the sessions and events were written under before (the server
+	// restarts in between, on the same storage).
+	Sync     string         `json:"sync"`
+	Populate string         `json:"populate_sync"`
+	Sizes    []SessionsSize `json:"sizes"`
+	// Memory of the processor of the largest size, after its round: RSS
+	// of this process and Go heap, per session it held.
 	RSSBase        uint64  `json:"rss_base_bytes"`
 	RSSAfter       uint64  `json:"rss_after_bytes"`
 	RSSPeak        uint64  `json:"rss_peak_bytes"` // VmHWM: includes the publisher's buffers
 	RSSPerSession  float64 `json:"rss_per_session_bytes"`
 	HeapPerSession float64 `json:"heap_per_session_bytes"` // Go heap in use, after a GC
-	// Snapshot bytes in the session bucket per session.
+	// Snapshot bytes in the session bucket per session, at the end.
 	SnapshotBytes float64 `json:"snapshot_bytes_per_session"`
 	// MaxSessions is the processor's cap on sessions in memory; Held is how
-	// many it held at the end, Dropped how many left memory past the cap.
-	MaxSessions int     `json:"max_sessions"`
-	Held        int     `json:"held_sessions"`
-	Dropped     uint64  `json:"dropped_sessions"`
-	Stages      []Stage `json:"stages"`
+	// many the last processor held at the end, Dropped how many left memory
+	// past the cap.
+	MaxSessions int    `json:"max_sessions"`
+	Held        int    `json:"held_sessions"`
+	Dropped     uint64 `json:"dropped_sessions"`
 }
 
-// Stage is one slice of the sessions: how fast they were opened (published
-// and processed) with Sessions live at its end.
-type Stage struct {
-	Sessions       int     `json:"sessions"` // live at the end of the stage
-	Seconds        float64 `json:"seconds"`
-	EventsPerSec   float64 `json:"events_per_sec"`
-	WritesPerSec   float64 `json:"snapshot_writes_per_sec"`
+// SessionsSize is one number of live sessions: seamguard and the raw
+// anchors on Events events, one each for as many distinct sessions, in a
+// shuffled order of all of them.
+type SessionsSize struct {
+	Sessions int `json:"sessions"` // live: opened, with a state in the bucket
+	Events   int `json:"events"`
+	// NewKeysPerSec is how fast the raw bucket took the new keys of this
+	// size (pipelined puts, under the populate setting): a reference only.
+	NewKeysPerSec float64 `json:"new_keys_per_sec"`
+	// Seamguard: a processor started with no session in memory decides
+	// the events (each reads its session's state, catches it up, steps it
+	// and stores it with compare-and-swap), until every one is acked.
+	SeamguardPerSec float64 `json:"seamguard_per_sec"`
+	// Put: the raw bucket of as many keys takes an update of as many
+	// existing keys, pipelined (async puts, 4,096 in flight).
+	PutPerSec float64 `json:"raw_put_per_sec"`
+	// CAS: the same keys again, each a compare-and-set on its revision
+	// (what kv.Update sends, and the processor's state write), pipelined.
+	CASPerSec float64 `json:"raw_cas_per_sec"`
+	// Consume: one durable pull consumer reads the very events seamguard
+	// decided, fetching as the processor does and acknowledging each batch
+	// by its last message (AckAll, as the processor's partitions do).
+	ConsumePerSec float64 `json:"raw_consume_per_sec"`
+	// Lowest names the lowest anchor; Ratio is seamguard over it.
+	Lowest string  `json:"lowest_anchor"`
+	Ratio  float64 `json:"ratio"`
+	// Snapshot writes per event (one per event here: no two events of a
+	// session share a batch).
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
+	Seamguard      Usage   `json:"seamguard_usage"`
+	Put            Usage   `json:"raw_put_usage"`
+	CAS            Usage   `json:"raw_cas_usage"`
+	Consume        Usage   `json:"raw_consume_usage"`
 }
 
-func runSessions(ctx context.Context, s *server, n, turns int, heapProfile string, progress func(string, ...any)) (*SessionsResult, error) {
-	cfg := benchProcessorConfig("benchs")
-	p, err := processor.New(ctx, s.js, cfg, procOpts()...)
-	if err != nil {
-		return nil, err
-	}
-	defer dropResources(context.WithoutCancel(ctx), s.js, cfg)
-	res := &SessionsResult{Sessions: n, Server: s.mode}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(rctx) }()
-	for p.Ready() != nil {
-		if err := waitCtx(ctx, 5*time.Millisecond); err != nil {
-			return nil, err
-		}
-	}
-	kvStream, err := s.js.Stream(ctx, "KV_"+cfg.Names().Sessions)
-	if err != nil {
-		return nil, err
-	}
-	res.RSSBase, _ = settledMemory()
-	heapBase := heapwatch.InUse()
+// anchors returns the raw figures of z by name.
+func (z SessionsSize) anchors() []struct {
+	name string
+	v    float64
+} {
+	return []struct {
+		name string
+		v    float64
+	}{{"raw KV CAS updates", z.CASPerSec}, {"raw KV puts", z.PutPerSec}, {"raw consume", z.ConsumePerSec}}
+}
 
-	g := newGen(cfg.Subjects(), Seed+2)
-	const stages = 10
-	const chunk = 1_000
-	per := max(n/stages, 1)
-	var total uint64
-	var lastWrites uint64
-	for opened := 0; opened < n; {
-		stage := min(per, n-opened)
-		start := time.Now()
-		for done := 0; done < stage; done += chunk {
-			k := min(chunk, stage-done)
-			msgs := make([]*nats.Msg, 0, k*(turns+1))
-			for i := range k {
-				id := fmt.Sprintf("s%07d", opened+done+i)
-				msgs = append(msgs, g.open(id, 12))
-				for t := range turns {
-					msgs = append(msgs, g.turn(id, uint64(t), 256))
-				}
-			}
-			if _, err := publishAll(ctx, s.js, msgs, 4096); err != nil {
-				return nil, err
-			}
-			total += uint64(len(msgs))
+// populateSync is how the server syncs while sessions and events are
+// written ahead of a measurement, when the run's setting is always: setup,
+// not measured, and at a fsync per write a million keys would take most of
+// an hour.
+const populateSync = 2 * time.Minute
+
+// sessionsRun is one sessions measurement: its server (restarted between
+// populating and measuring), the processor's configuration and the state of
+// the workload so far.
+type sessionsRun struct {
+	cfg      Config
+	dir      string
+	srv      *server
+	pcfg     processor.Config
+	rawKV    string // bucket of the raw anchors
+	gen      *gen
+	heads    []uint32 // each session's next turn offset
+	rawRevs  []uint64 // each raw key's revision
+	rawVal   []byte   // what the raw anchors write: a session state's size
+	live     int
+	progress func(string, ...any)
+}
+
+// restart stops the server and starts it again on the same storage,
+// syncing as sync says (with cfg.URL it stays as it is).
+func (r *sessionsRun) restart(sync time.Duration) error {
+	if r.cfg.URL != "" && r.srv != nil {
+		return nil
+	}
+	if r.srv != nil {
+		r.srv.close()
+		r.srv = nil
+	}
+	c := r.cfg
+	c.SyncInterval = sync
+	s, err := startServer(c, r.dir)
+	if err != nil {
+		return err
+	}
+	r.srv = s
+	return nil
+}
+
+func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSize int, heapProfile, cpuProfile string, progress func(string, ...any)) (res *SessionsResult, err error) {
+	r := &sessionsRun{cfg: cfg, dir: dir, pcfg: benchProcessorConfig("benchs"), rawKV: "benchs-raw", gen: newGen(benchProcessorConfig("benchs").Subjects(), Seed+2), progress: progress}
+	defer func() {
+		if r.srv != nil {
+			dropResources(context.WithoutCancel(ctx), r.srv.js, r.pcfg)
+			_ = r.srv.js.DeleteKeyValue(context.WithoutCancel(ctx), r.rawKV)
+			r.srv.close()
 		}
-		for st := p.Stats(); st.Handled+st.CaughtUp < total; st = p.Stats() {
-			select {
-			case err := <-done:
-				return nil, fmt.Errorf("bench: processor stopped: %v", err)
-			case <-time.After(2 * time.Millisecond):
+	}()
+	pop := populateSync
+	if cfg.SyncInterval > 0 {
+		pop = cfg.SyncInterval
+	}
+	if err := r.restart(pop); err != nil {
+		return nil, err
+	}
+	res = &SessionsResult{Server: r.srv.mode, Sync: syncName(cfg), Populate: pop.String()}
+	if cfg.URL != "" {
+		res.Populate = "as configured"
+	}
+	if _, err := processor.Provision(ctx, r.srv.js, r.pcfg); err != nil {
+		return nil, err
+	}
+	if _, err := createConsumers(ctx, r.srv.js, r.pcfg); err != nil {
+		return nil, err
+	}
+	if _, err := r.srv.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: r.rawKV, History: 1, Storage: jetstream.FileStorage}); err != nil {
+		return nil, err
+	}
+	maxN := sizes[len(sizes)-1]
+	r.heads = make([]uint32, maxN)
+	r.rawRevs = make([]uint64, maxN)
+	if r.rawVal, err = r.stateSize(); err != nil {
+		return nil, err
+	}
+	for i, n := range sizes {
+		last := i == len(sizes)-1
+		m := min(perSize, n)
+		z := SessionsSize{Sessions: n, Events: m}
+		if cfg.URL == "" && i > 0 {
+			if err := r.restart(pop); err != nil {
+				return res, err
 			}
 		}
-		opened += stage
-		took := time.Since(start)
+		if z.NewKeysPerSec, err = r.grow(ctx, n); err != nil {
+			return res, err
+		}
+		order := rand.New(rand.NewPCG(Seed+3, uint64(n))).Perm(n)[:m]
+		first, err := r.publishRound(ctx, order)
+		if err != nil {
+			return res, err
+		}
+		if err := r.restart(cfg.SyncInterval); err != nil {
+			return res, err
+		}
+		js := r.srv.js
+
+		// seamguard
+		kvStream, err := js.Stream(ctx, "KV_"+r.pcfg.Names().Sessions)
+		if err != nil {
+			return res, err
+		}
+		writes0 := kvStream.CachedInfo().State.LastSeq
+		var rssBase uint64
+		var heapBase uint64
+		if last {
+			rssBase, _ = settledMemory()
+			heapBase = heapwatch.InUse()
+		}
+		p, err := processor.New(ctx, js, r.pcfg, procOpts()...)
+		if err != nil {
+			return res, err
+		}
+		progress("sessions: %d live, seamguard on %d events", n, m)
+		stopProf := func() {}
+		if last && cpuProfile != "" {
+			if stopProf, err = startCPUProfile(cpuProfile); err != nil {
+				return res, err
+			}
+		}
+		meter := r.srv.meter()
+		var heldErr error
+		took, err := process(ctx, js, p, uint64(m), func() {
+			z.Seamguard = meter.stop()
+			stopProf()
+			if !last {
+				return
+			}
+			// Memory while p holds the sessions of its round.
+			res.RSSBase = rssBase
+			res.RSSAfter, res.RSSPeak = settledMemory()
+			st := p.Stats()
+			res.MaxSessions, res.Held, res.Dropped = p.Config().MaxSessions, st.Sessions, st.Dropped
+			held := float64(max(st.Sessions, 1))
+			res.HeapPerSession = (float64(heapwatch.InUse()) - float64(heapBase)) / held
+			res.RSSPerSession = (float64(res.RSSAfter) - float64(res.RSSBase)) / held
+			if heapProfile != "" {
+				heldErr = writeHeapProfile(heapProfile)
+			}
+		})
+		stopProf()
+		if err == nil {
+			err = heldErr
+		}
+		if err != nil {
+			return res, err
+		}
+		z.SeamguardPerSec = float64(m) / took.Seconds()
 		info, err := kvStream.Info(ctx)
 		if err != nil {
-			return nil, err
+			return res, err
 		}
-		writes := info.State.LastSeq - lastWrites
-		lastWrites = info.State.LastSeq
-		events := stage * (turns + 1)
-		res.Stages = append(res.Stages, Stage{
-			Sessions: opened, Seconds: took.Seconds(), EventsPerSec: float64(events) / took.Seconds(),
-			WritesPerSec: float64(writes) / took.Seconds(), WritesPerEvent: float64(writes) / float64(events),
-		})
-		progress("sessions: %d live, %.0f events/s, %.0f snapshot writes/s", opened, float64(events)/took.Seconds(), float64(writes)/took.Seconds())
-	}
-	res.Events = int(total)
-	for {
-		pending, err := ackPending(ctx, s.js, p.Config())
+		z.WritesPerEvent = float64(info.State.LastSeq-writes0) / float64(m)
+		if err := checkSessions(ctx, js, r.pcfg); err != nil {
+			return res, err
+		}
+		if last {
+			res.SnapshotBytes = float64(info.State.Bytes) / float64(info.State.Msgs)
+		}
+		progress("sessions: %d live, seamguard %.0f events/s", n, z.SeamguardPerSec)
+
+		// The raw anchors, on the same server at the same key count.
+		if z.PutPerSec, z.Put, err = r.rawWrites(ctx, order, false); err != nil {
+			return res, err
+		}
+		progress("sessions: %d live, raw KV puts %.0f/s", n, z.PutPerSec)
+		if z.CASPerSec, z.CAS, err = r.rawWrites(ctx, order, true); err != nil {
+			return res, err
+		}
+		progress("sessions: %d live, raw KV CAS updates %.0f/s", n, z.CASPerSec)
+		meter = r.srv.meter()
+		took, err = consumeFrom(ctx, js, r.pcfg, fmt.Sprintf("rawsessions%d", i), first, m)
 		if err != nil {
-			return nil, err
+			return res, err
 		}
-		if pending == 0 {
-			break
+		z.Consume = meter.stop()
+		z.ConsumePerSec = float64(m) / took.Seconds()
+		progress("sessions: %d live, raw consume %.0f events/s", n, z.ConsumePerSec)
+		lowest := 0.0
+		for _, a := range z.anchors() {
+			if z.Lowest == "" || a.v < lowest {
+				z.Lowest, lowest = a.name, a.v
+			}
 		}
-		if err := waitCtx(ctx, 10*time.Millisecond); err != nil {
-			return nil, err
-		}
+		z.Ratio = ratio(z.SeamguardPerSec, lowest)
+		res.Sizes = append(res.Sizes, z)
 	}
-	info, err := kvStream.Info(ctx)
+	return res, nil
+}
+
+// syncName says how cfg's servers sync.
+func syncName(cfg Config) string {
+	switch {
+	case cfg.URL != "":
+		return "as configured"
+	case cfg.SyncInterval == 0:
+		return "always"
+	}
+	return cfg.SyncInterval.String()
+}
+
+func sessionID(i int) string { return fmt.Sprintf("s%07d", i) }
+
+// openState is the state the processor stores for a session after its
+// session.opened at stream sequence seq: the pure core's own.
+func (r *sessionsRun) openState(m *nats.Msg, seq uint64) ([]byte, error) {
+	ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, r.pcfg.Subjects())
+	if err != nil {
+		return nil, fmt.Errorf("bench: a generated session.opened: %w", err)
+	}
+	ev.Meta.Seq = seq
+	l := new(ledger.Ledger)
+	res, err := ledger.Step(l, ledger.Input{Event: ev}, ledger.Config{})
 	if err != nil {
 		return nil, err
 	}
-	if info.State.Msgs != uint64(n) {
-		return nil, fmt.Errorf("bench: the session bucket holds %d sessions, want %d", info.State.Msgs, n)
+	if !res.Accepted {
+		return nil, fmt.Errorf("bench: the core did not accept a generated session.opened: %+v", res.Outputs)
 	}
-	res.SnapshotBytes = float64(info.State.Bytes) / float64(n)
-	res.RSSAfter, res.RSSPeak = settledMemory()
-	res.HeapPerSession = (float64(heapwatch.InUse()) - float64(heapBase)) / float64(n)
-	res.RSSPerSession = (float64(res.RSSAfter) - float64(res.RSSBase)) / float64(n)
-	st := p.Stats()
-	res.MaxSessions, res.Held, res.Dropped = p.Config().MaxSessions, st.Sessions, st.Dropped
-	if heapProfile != "" {
-		if err := writeHeapProfile(heapProfile); err != nil {
+	return processor.MarshalState(seq, l)
+}
+
+// stateSize returns a value as big as the state a session has after its
+// open and one turn (what the processor writes for it in a round): the
+// raw anchors write values of that size.
+func (r *sessionsRun) stateSize() ([]byte, error) {
+	g := newGen(r.pcfg.Subjects(), Seed+4)
+	id := sessionID(0)
+	l := new(ledger.Ledger)
+	for i, m := range []*nats.Msg{g.open(id, 12), g.turn(id, 0, 256)} {
+		ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, r.pcfg.Subjects())
+		if err != nil {
+			return nil, err
+		}
+		ev.Meta.Seq = uint64(i + 1)
+		if _, err := ledger.Step(l, ledger.Input{Event: ev}, ledger.Config{}); err != nil {
 			return nil, err
 		}
 	}
-	runtime.KeepAlive(p) // the sessions live in p's shards until here
-	cancel()
-	if err := <-done; err != nil {
+	st, err := processor.MarshalState(1_000_000_000, l)
+	if err != nil {
 		return nil, err
 	}
-	return res, nil
+	val := make([]byte, len(st))
+	for i := range val {
+		val[i] = 'a' + byte(i%26)
+	}
+	return val, nil
+}
+
+// grow opens sessions up to n: their session.opened events go into the
+// events stream and their states, as the processor would have stored them,
+// into its bucket; the processor's consumers are acknowledged past the
+// events; the raw bucket gets as many keys. It returns how fast the raw
+// bucket took its new keys.
+func (r *sessionsRun) grow(ctx context.Context, n int) (float64, error) {
+	const chunk = 8192
+	js := r.srv.js
+	sessions := "$KV." + r.pcfg.Names().Sessions + "."
+	raw := "$KV." + r.rawKV + "."
+	from := r.live
+	if n <= from {
+		return 0, nil
+	}
+	r.progress("sessions: opening sessions %d to %d", from, n)
+	var rawTime time.Duration
+	for at := from; at < n; at += chunk {
+		k := min(chunk, n-at)
+		opens := make([]*nats.Msg, k)
+		for i := range k {
+			opens[i] = r.gen.open(sessionID(at+i), 12)
+		}
+		seqs, err := publishAll(ctx, js, opens, 4096)
+		if err != nil {
+			return 0, err
+		}
+		states := make([]*nats.Msg, k)
+		keys := make([]*nats.Msg, k)
+		for i, m := range opens {
+			val, err := r.openState(m, seqs[i])
+			if err != nil {
+				return 0, err
+			}
+			states[i] = &nats.Msg{Subject: sessions + sessionID(at+i), Data: val}
+			keys[i] = &nats.Msg{Subject: raw + sessionID(at+i), Data: r.rawVal}
+		}
+		if _, err := publishAll(ctx, js, states, 4096); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		revs, err := publishAll(ctx, js, keys, 4096)
+		if err != nil {
+			return 0, err
+		}
+		rawTime += time.Since(start)
+		copy(r.rawRevs[at:], revs)
+	}
+	// The processor would have acknowledged the opens: its consumers
+	// start after them.
+	if _, err := consumeLayout(ctx, js, r.pcfg, n-from, true); err != nil {
+		return 0, err
+	}
+	r.live = n
+	return float64(n-from) / rawTime.Seconds(), nil
+}
+
+// publishRound publishes one turn for each session in order and returns
+// the stream sequence of the first.
+func (r *sessionsRun) publishRound(ctx context.Context, order []int) (uint64, error) {
+	const chunk = 8192
+	r.progress("sessions: publishing %d turns over %d sessions", len(order), r.live)
+	var first uint64
+	for at := 0; at < len(order); at += chunk {
+		part := order[at:min(at+chunk, len(order))]
+		msgs := make([]*nats.Msg, len(part))
+		for i, s := range part {
+			msgs[i] = r.gen.turn(sessionID(s), uint64(r.heads[s]), 256)
+			r.heads[s]++
+		}
+		seqs, err := publishAll(ctx, r.srv.js, msgs, 4096)
+		if err != nil {
+			return 0, err
+		}
+		if at == 0 {
+			first = seqs[0]
+		}
+	}
+	return first, nil
+}
+
+// rawWrites updates the raw bucket's keys of the sessions in order,
+// pipelined with 4,096 in flight: plain puts, or with cas each a
+// compare-and-set on the key's revision (kv.Update's message, sent
+// asynchronously as the processor sends its state writes).
+func (r *sessionsRun) rawWrites(ctx context.Context, order []int, cas bool) (float64, Usage, error) {
+	js := r.srv.js
+	subj := "$KV." + r.rawKV + "."
+	const window = 4096
+	type sent struct {
+		key int
+		f   jetstream.PubAckFuture
+	}
+	futs := make([]sent, 0, window)
+	flush := func() error {
+		for _, s := range futs {
+			select {
+			case a := <-s.f.Ok():
+				r.rawRevs[s.key] = a.Sequence
+			case err := <-s.f.Err():
+				return fmt.Errorf("bench: raw KV write of %s: %w", sessionID(s.key), err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		futs = futs[:0]
+		return nil
+	}
+	m := r.srv.meter()
+	start := time.Now()
+	for _, k := range order {
+		msg := &nats.Msg{Subject: subj + sessionID(k), Data: r.rawVal}
+		var opts []jetstream.PublishOpt
+		if cas {
+			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(r.rawRevs[k]))
+		}
+		f, err := js.PublishMsgAsync(msg, opts...)
+		if err != nil {
+			return 0, Usage{}, fmt.Errorf("bench: raw KV write: %w", err)
+		}
+		futs = append(futs, sent{key: k, f: f})
+		if len(futs) == window {
+			if err := flush(); err != nil {
+				return 0, Usage{}, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return 0, Usage{}, err
+	}
+	took := time.Since(start)
+	return float64(len(order)) / took.Seconds(), m.stop(), nil
+}
+
+// consumeFrom reads n events of cfg's events stream from sequence first
+// with a durable pull consumer of its own, fetching as the processor's
+// partitions do (twice a batch, bounded in bytes) and acknowledging each
+// fetch by its last message (AckAll), and returns how long that took until
+// the server held no ack pending. The consumer is created before the clock
+// starts and deleted after.
+func consumeFrom(ctx context.Context, js jetstream.JetStream, cfg processor.Config, durable string, first uint64, n int) (time.Duration, error) {
+	cfg = cfg.WithDefaults()
+	stream := cfg.Names().Events
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: cfg.MaxAckPending,
+		AckWait: time.Minute, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: first,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer js.DeleteConsumer(context.WithoutCancel(ctx), stream, durable)
+	start := time.Now()
+	got := 0
+	for got < n {
+		batch, err := cons.Fetch(min(cfg.MaxBatch*2, n-got), jetstream.FetchMaxWait(time.Second), jetstream.FetchMaxBytes(processor.FetchBytes(js.Conn(), cfg)))
+		if err != nil {
+			return 0, err
+		}
+		var last jetstream.Msg
+		for m := range batch.Messages() {
+			last = m
+			got++
+		}
+		if last != nil {
+			if err := last.Ack(); err != nil {
+				return 0, err
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrBatchCompleted) && !errors.Is(err, jetstream.ErrMaxBytesExceeded) {
+			return 0, err
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if info.NumAckPending == 0 {
+			return time.Since(start), nil
+		}
+		if err := waitCtx(ctx, 2*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// checkSessions checks that the processor decided every turn without a
+// verdict: each was accepted, none rejected.
+func checkSessions(ctx context.Context, js jetstream.JetStream, cfg processor.Config) error {
+	vs, err := js.Stream(ctx, cfg.Names().Verdicts)
+	if err != nil {
+		return err
+	}
+	if n := vs.CachedInfo().State.Msgs; n != 0 {
+		return fmt.Errorf("bench: the processor published %d verdicts; every turn of the sessions workload is accepted without one", n)
+	}
+	return nil
+}
+
+// startCPUProfile profiles this process's CPU into path, and where its
+// goroutines wait into path+".block" (a block profile, one sample per 10µs
+// blocked), until the returned function is called.
+func startCPUProfile(path string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	var once sync.Once
+	return func() { once.Do(func() { stopProfiles(f, path) }) }, nil
+}
+
+// stopProfiles ends what startCPUProfile began.
+func stopProfiles(f *os.File, path string) {
+	pprof.StopCPUProfile()
+	f.Close()
+	if bf, err := os.Create(path + ".block"); err == nil {
+		_ = pprof.Lookup("block").WriteTo(bf, 0)
+		bf.Close()
+	}
+	runtime.SetBlockProfileRate(0)
 }
 
 func writeHeapProfile(path string) error {
