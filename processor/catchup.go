@@ -46,12 +46,8 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 			s.drop(sess.id)
 			return err
 		}
-		for _, o := range outs {
-			pub, err := p.publish(ctx, b, o)
-			if err != nil {
-				return err
-			}
-			*pubs = append(*pubs, pub)
+		if err := p.publishAll(ctx, b, outs, pubs); err != nil {
+			return err
 		}
 		sess.seq = raw.Sequence
 	}

@@ -401,11 +401,26 @@ func readLines(t *testing.T, rel string) [][]byte {
 func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {
 	t.Helper()
 	// In windows, so that the client's limit on outstanding asynchronous
-	// publishes never stalls a large workload.
+	// publishes never stalls a large workload. A window never holds two
+	// messages of one session: the client republishes a message the
+	// server answered "no responders" (a stream leader moving) a moment
+	// later, after the rest of its window, so two messages of one session
+	// in flight at once could be stored in the wrong order.
 	const window = 1000
 	seqs := make([]uint64, len(msgs))
-	for lo := 0; lo < len(msgs); lo += window {
-		hi := min(lo+window, len(msgs))
+	dup := make([]bool, len(msgs))
+	inWindow := make(map[string]bool, window)
+	for lo := 0; lo < len(msgs); {
+		clear(inWindow)
+		hi := lo
+		for hi < len(msgs) && hi-lo < window {
+			key := sessionToken(msgs[hi].Subject)
+			if inWindow[key] {
+				break
+			}
+			inWindow[key] = true
+			hi++
+		}
 		futs := make([]jetstream.PubAckFuture, hi-lo)
 		for i := lo; i < hi; i++ {
 			f, err := e.JS.PublishMsgAsync(msgs[i])
@@ -416,15 +431,41 @@ func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {
 			i := lo + k
 			select {
 			case ack := <-f.Ok():
-				seqs[i] = ack.Sequence
+				seqs[i], dup[i] = ack.Sequence, ack.Duplicate
 			case err := <-f.Err():
 				t.Fatalf("publish %d (%s): %v", i, msgs[i].Subject, err)
 			case <-time.After(30 * time.Second):
 				t.Fatalf("publish %d: no ack", i)
 			}
 		}
+		lo = hi
 	}
+	requireStoredInOrder(t, msgs, seqs, dup)
 	return seqs
+}
+
+// sessionToken is the last token of a subject: the session of an events or
+// control subject.
+func sessionToken(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// requireStoredInOrder fails when the stream holds two messages of one
+// session in another order than they were published in (a duplicate, acked
+// with the first copy's sequence, is not a reordering).
+func requireStoredInOrder(t *testing.T, msgs []*nats.Msg, seqs []uint64, dup []bool) {
+	t.Helper()
+	last := make(map[string]uint64)
+	for i, m := range msgs {
+		if dup[i] {
+			continue
+		}
+		key := sessionToken(m.Subject)
+		if prev, ok := last[key]; ok && seqs[i] < prev {
+			t.Fatalf("message %d of session %s stored at sequence %d, before one published earlier (at %d): the publisher reordered the session", i, key, seqs[i], prev)
+		}
+		last[key] = max(last[key], seqs[i])
+	}
 }
 
 // describe prints a verdict short enough for a failure message.

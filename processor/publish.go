@@ -22,6 +22,29 @@ type published struct {
 	f        jetstream.PubAckFuture
 	out      events.Output
 	received time.Time // when the message whose handling decided it was received
+	stored   bool      // confirmed already (see publishAll)
+}
+
+// publishAll publishes a decision's outputs in order. A spill's
+// announcement is confirmed before anything after it is published: the
+// contract puts transcript.spilled before the refusal that names it, and
+// a publish the server answers late (a stream leader moving) is sent
+// again after those behind it.
+func (p *Processor) publishAll(ctx context.Context, b *budget, outs []events.Output, pubs *[]published) error {
+	for i, o := range outs {
+		pub, err := p.publish(ctx, b, o)
+		if err != nil {
+			return err
+		}
+		if o.Type == events.TypeTranscriptSpilled && i < len(outs)-1 {
+			if err := p.confirm(ctx, b, pub); err != nil {
+				return err
+			}
+			pub.stored = true
+		}
+		*pubs = append(*pubs, pub)
+	}
+	return nil
 }
 
 func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (published, error) {
@@ -50,6 +73,9 @@ func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (pu
 // confirm waits for a publish ack, republishing (same id, so at most once in
 // the stream) until the server confirms or ctx ends.
 func (p *Processor) confirm(ctx context.Context, b *budget, pub published) error {
+	if pub.stored {
+		return nil
+	}
 	_, err := p.confirmAck(ctx, b, pub)
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +12,12 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
 )
@@ -182,5 +185,64 @@ func assertSameDecision(t *testing.T, want, got *events.Verdict) {
 		}
 	default:
 		assert.Equal(t, want.Data, got.Data)
+	}
+}
+
+// lateJS sends the publishes of spill announcements a while after they are
+// asked for, as the NATS client does when it republishes one the server
+// answered "no responders" (a stream leader moving).
+type lateJS struct {
+	jetstream.JetStream
+	delay time.Duration
+}
+
+func (l lateJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if !strings.HasSuffix(m.Subject, ".spilled") {
+		return l.JetStream.PublishMsgAsync(m, opts...)
+	}
+	f := &lateFuture{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	go func() {
+		time.Sleep(l.delay)
+		real, err := l.JetStream.PublishMsgAsync(m, opts...)
+		if err != nil {
+			f.err <- err
+			return
+		}
+		select {
+		case a := <-real.Ok():
+			f.ok <- a
+		case e := <-real.Err():
+			f.err <- e
+		}
+	}()
+	return f, nil
+}
+
+type lateFuture struct {
+	msg *nats.Msg
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+func (f *lateFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f *lateFuture) Err() <-chan error            { return f.err }
+func (f *lateFuture) Msg() *nats.Msg               { return f.msg }
+
+// TestSpillAnnouncedBeforeRefusal: the contract puts transcript.spilled
+// before the refusal that names the spill. A spill announcement stored
+// late (sent again after a leader moved) must still come first: the
+// refusal waits for it.
+func TestSpillAnnouncedBeforeRefusal(t *testing.T) {
+	lines := readLines(t, seedStory)
+	golden := readGolden(t, seedGolden)
+	e := newEnv(t)
+	late := &env{Test: &embedded.Test{Server: e.Server, NC: e.NC, JS: lateJS{e.JS, 300 * time.Millisecond}}, ctx: e.ctx}
+	cfg := baseConfig()
+	cfg.Source = events.DefaultSource
+	late.playStory(t, cfg, "binary", "ops-agent-42", lines)
+	got := e.verdicts(t, cfg)
+	require.Len(t, got, len(golden))
+	for i, want := range golden {
+		require.Equal(t, want.Type, got[i].v.Type, "verdict %d in the stream: %s", i, describe(got[i].v))
 	}
 }

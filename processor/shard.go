@@ -278,19 +278,10 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		if sess != nil {
 			sid = sess.id
 		}
-		published := true
-		for _, o := range outs {
-			pub, err := p.publish(ctx, b, o)
-			if err != nil {
-				if err := park(sid, err); err != nil {
-					return err
-				}
-				published = false
-				break
+		if err := p.publishAll(ctx, b, outs, &pubs); err != nil {
+			if err := park(sid, err); err != nil {
+				return err
 			}
-			pubs = append(pubs, pub)
-		}
-		if !published {
 			continue
 		}
 		if sess != nil {

@@ -544,3 +544,80 @@ func TestWriteBehindIsUnavailable(t *testing.T) {
 	require.NotErrorIs(t, err, ErrIncomplete)
 	t.Log(err)
 }
+
+// lateFuture is the future of a publish sent later than asked for: it
+// answers what the real publish, once sent, answers.
+type lateFuture struct {
+	msg *nats.Msg
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+func (f *lateFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f *lateFuture) Err() <-chan error            { return f.err }
+func (f *lateFuture) Msg() *nats.Msg               { return f.msg }
+
+// swapJS sends the second chunk publish of an object after the third, as
+// the NATS client does when it republishes a chunk the server answered
+// "no responders" (a stream leader moving) while later chunks went out.
+type swapJS struct {
+	jetstream.JetStream
+	n    *atomic.Int32
+	held *lateFuture
+}
+
+func (f *swapJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if !strings.HasPrefix(m.Subject, "$O."+Bucket+".C.") {
+		return f.JetStream.PublishMsgAsync(m, opts...)
+	}
+	switch f.n.Add(1) {
+	case 2:
+		f.held = &lateFuture{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+		return f.held, nil
+	case 3:
+		third, err := f.JetStream.PublishMsgAsync(m, opts...)
+		if err != nil {
+			return nil, err
+		}
+		second, err := f.JetStream.PublishMsgAsync(f.held.msg, opts...)
+		if err != nil {
+			return nil, err
+		}
+		late := f.held
+		go func() {
+			select {
+			case a := <-second.Ok():
+				late.ok <- a
+			case e := <-second.Err():
+				late.err <- e
+			}
+		}()
+		return third, nil
+	}
+	return f.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// TestWriteChunksStoredOutOfOrder: a chunk stored after the one sent behind
+// it would make the object read back in the wrong order (a digest mismatch
+// for every reader). The put notices from the acks' sequences, without
+// reading the object back, purges the attempt, and writes it again.
+func TestWriteChunksStoredOutOfOrder(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := testCtx(t)
+	req, _ := smallSession(t, h, 200, strings.Repeat("o", 4<<10)) // several chunks
+	h.store.ChunkSize = 64 << 10
+	h.store.Verify = false // the acks alone must tell
+	var n atomic.Int32
+	h.store.JS = &swapJS{JetStream: h.js, n: &n}
+	hd, err := h.store.Write(ctx, req)
+	require.NoError(t, err)
+	var got bytes.Buffer
+	_, err = h.store.Get(ctx, req.Name, &got)
+	require.NoError(t, err, "the spill reads back with its digest")
+	require.Equal(t, h.expected("alpha"), got.Bytes())
+	info, err := h.store.Info(ctx, req.Name)
+	require.NoError(t, err)
+	require.Greater(t, n.Load(), int32(info.Chunks)+int32(stateChunks(t, info)), "the first attempt was given up")
+	requireOnly(ctx, t, h, req.Name)
+	t.Logf("spill %s: %d chunks, %d chunk publishes over all attempts", hd.Name, info.Chunks, n.Load())
+}

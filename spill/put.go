@@ -57,11 +57,16 @@ type objectWriter struct {
 	sendErr error // the sender's first failure
 
 	// The sender's; read once done is closed.
-	h      hash.Hash
-	total  uint64
-	chunks uint32
-	flight []inFlight
+	h       hash.Hash
+	total   uint64
+	chunks  uint32
+	flight  []inFlight
+	lastSeq uint64 // the stream sequence of the last chunk acknowledged
 }
+
+// errChunkOrder means a chunk was stored before one sent ahead of it: the
+// object would read back out of order. Another attempt may succeed.
+var errChunkOrder = errors.New("chunks stored out of order")
 
 // inFlight is a chunk sent and not yet acknowledged.
 type inFlight struct {
@@ -185,7 +190,11 @@ func (o *objectWriter) sender() {
 		}
 		o.h.Write(b)
 		msg := &nats.Msg{Subject: o.subject, Data: b}
-		f, err := o.js.PublishMsgAsync(msg, jetstream.WithExpectStream(o.stream))
+		// No retry inside the client: it republishes a chunk the server
+		// answered "no responders" after the chunks sent behind it, which
+		// would store the object out of order. A failed chunk fails the
+		// put instead, and the caller's retry writes the object again.
+		f, err := o.js.PublishMsgAsync(msg, jetstream.WithExpectStream(o.stream), jetstream.WithRetryAttempts(0))
 		if err != nil {
 			o.fail(fmt.Errorf("spill: send chunk %d to %s: %w", o.chunks+1, o.stream, err))
 			return
@@ -207,7 +216,14 @@ func (o *objectWriter) settle() error {
 	t := time.NewTimer(ackWait)
 	defer t.Stop()
 	select {
-	case <-c.f.Ok():
+	case ack := <-c.f.Ok():
+		// The object store reads chunks in stream order: each must be
+		// stored after the one before it.
+		if ack.Sequence <= o.lastSeq {
+			o.flight = append(o.flight[:0], o.flight[1:]...)
+			return fmt.Errorf("spill: chunk stored in %s at sequence %d, not after the chunk before it (%d): %w", o.stream, ack.Sequence, o.lastSeq, errChunkOrder)
+		}
+		o.lastSeq = ack.Sequence
 	case err := <-c.f.Err():
 		// Answered: abandon must not wait for it again.
 		o.flight = append(o.flight[:0], o.flight[1:]...)
