@@ -18,12 +18,23 @@ import (
 // once and only then finishes the inputs in their ack windows.
 
 // shardOf is FNV-32a of the subject modulo n.
+//
+// FNV-1a's low bits are a poor hash on their own: the stored subject holds
+// the partition digit, itself FNV-1a of the session modulo the partitions,
+// and with both taken modulo a power of two they cancel (every session of
+// an even-length id went to shard 0 or 4 of 8). So the sum is mixed
+// (murmur3's finalizer) before it is reduced.
 func shardOf(subject string, n int) int {
 	h := uint32(2166136261)
 	for i := 0; i < len(subject); i++ {
 		h ^= uint32(subject[i])
 		h *= 16777619
 	}
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
 	return int(h % uint32(n))
 }
 
