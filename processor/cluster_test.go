@@ -3,6 +3,8 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
 )
@@ -91,7 +94,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	// Stop a server other than the publisher's first one, publish the rest
 	// meanwhile, and start it again.
 	cl.Stop(2)
-	pub.publishAll(t, msgs[half:])
+	pub.publishOrdered(t, msgs[half:])
 	time.Sleep(time.Second)
 	cl.Start(t, 2)
 	cl.WaitReady(t)
@@ -109,6 +112,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 		}
 	}
 	got := pub.outcome(t, ccfg)
+	defer dumpSessions(t, pub, ccfg, ref, got)
 	requireSameOutcome(t, ref, got)
 	t.Logf("%d events over %d sessions, %d verdicts, each once and as decided by a single instance; CAS conflicts %d (each left the session to its owner, none lost a state), %d caught up, %d reloaded",
 		len(msgs), w.Sessions, len(got.verdicts), fenced, caught, reloaded)
@@ -161,4 +165,58 @@ func TestFailoverTime(t *testing.T) {
 	require.Equal(t, uint64(1), st.Handled+st.CaughtUp, "the survivor decided the request once: %+v", st)
 	require.Equal(t, uint64(1), a.p.Stats().Handled, "the killed owner decided nothing more")
 	require.NoError(t, b.stop(t))
+}
+
+// dumpSessions writes, when SEAMGUARD_TEST_DUMP names a file, every session
+// whose verdicts differ from the reference's: its inputs in stream order
+// and the verdicts of both runs, for a failure to be read later.
+func dumpSessions(t *testing.T, e *env, cfg processor.Config, want, got outcome) {
+	path := os.Getenv("SEAMGUARD_TEST_DUMP")
+	if path == "" || !t.Failed() {
+		return
+	}
+	bySession := func(vs map[string]string) map[string][]string {
+		out := map[string][]string{}
+		for _, body := range vs {
+			v, err := events.DecodeVerdict([]byte(body))
+			if err != nil {
+				continue
+			}
+			out[v.Session] = append(out[v.Session], body)
+		}
+		return out
+	}
+	w, g := bySession(want.verdicts), bySession(got.verdicts)
+	bad := map[string]bool{}
+	for id, body := range want.verdicts {
+		if got.verdicts[id] != body {
+			v, _ := events.DecodeVerdict([]byte(body))
+			bad[v.Session] = true
+		}
+	}
+	for id, body := range got.verdicts {
+		if _, ok := want.verdicts[id]; !ok {
+			v, _ := events.DecodeVerdict([]byte(body))
+			bad[v.Session] = true
+		}
+	}
+	var b strings.Builder
+	raw := e.readStream(t, cfg.Names().Events)
+	for s := range bad {
+		fmt.Fprintf(&b, "== session %s\n-- inputs\n", s)
+		for _, m := range raw {
+			if strings.HasSuffix(m.Subject, "."+s) {
+				fmt.Fprintf(&b, "%d %s %s %s\n", m.Sequence, m.Subject, m.Header.Get("ce-id"), m.Header.Get("ce-type"))
+			}
+		}
+		b.WriteString("-- want\n")
+		for _, v := range w[s] {
+			b.WriteString(v + "\n")
+		}
+		b.WriteString("-- got\n")
+		for _, v := range g[s] {
+			b.WriteString(v + "\n")
+		}
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }

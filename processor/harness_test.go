@@ -400,12 +400,25 @@ func readLines(t *testing.T, rel string) [][]byte {
 // ack. It returns the stream sequence of each.
 func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {
 	t.Helper()
-	// In windows, so that the client's limit on outstanding asynchronous
-	// publishes never stalls a large workload. A window never holds two
-	// messages of one session: the client republishes a message the
-	// server answered "no responders" (a stream leader moving) a moment
-	// later, after the rest of its window, so two messages of one session
-	// in flight at once could be stored in the wrong order.
+	return e.publishWindows(t, msgs, false)
+}
+
+// publishOrdered is publishAll for a server that may fail meanwhile: a
+// window never holds two messages of one session. The client republishes
+// a message the server answered "no responders" (a stream leader moving) a
+// moment later, after the rest of its window, so two messages of one
+// session in flight at once could be stored in the wrong order.
+func (e *env) publishOrdered(t *testing.T, msgs []*nats.Msg) []uint64 {
+	t.Helper()
+	return e.publishWindows(t, msgs, true)
+}
+
+// publishWindows publishes in windows, so that the client's limit on
+// outstanding asynchronous publishes never stalls a large workload; with
+// perSession set, a window never holds two messages of one session. Either
+// way it fails if the stream stored a session's messages out of order.
+func (e *env) publishWindows(t *testing.T, msgs []*nats.Msg, perSession bool) []uint64 {
+	t.Helper()
 	const window = 1000
 	seqs := make([]uint64, len(msgs))
 	dup := make([]bool, len(msgs))
@@ -415,7 +428,7 @@ func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) []uint64 {
 		hi := lo
 		for hi < len(msgs) && hi-lo < window {
 			key := sessionToken(msgs[hi].Subject)
-			if inWindow[key] {
+			if perSession && inWindow[key] {
 				break
 			}
 			inWindow[key] = true
