@@ -28,6 +28,7 @@ import (
 func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
 	p := s.p
 	r := p.reader(p.subj.SessionFilters(sess.id)) // the subjects the stream holds its inputs under
+	r.pre = &s.pre
 	for sess.seq < limit {
 		raw, err := r.next(ctx, b, sess.seq+1)
 		if err != nil {
@@ -64,6 +65,7 @@ type streamReader struct {
 	filters []string
 	ahead   []*jetstream.RawStreamMsg
 	done    []bool
+	pre     *prefetch // answers read ahead, if any
 }
 
 func (p *Processor) reader(filters []string) *streamReader {
@@ -80,9 +82,12 @@ func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstr
 			continue
 		}
 		if r.ahead[i] == nil || r.ahead[i].Sequence < seq {
-			m, err := r.p.nextMsg(ctx, b, seq, f)
-			if err != nil {
-				return nil, err
+			m, ok := r.pre.lookup(lookupKey{filter: f, seq: seq})
+			if !ok {
+				var err error
+				if m, err = r.p.nextMsg(ctx, b, seq, f); err != nil {
+					return nil, err
+				}
 			}
 			if m == nil {
 				r.done[i] = true
@@ -105,6 +110,7 @@ func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstr
 // ends (then its error); nil when there is none.
 func (p *Processor) nextMsg(ctx context.Context, b *budget, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
+		p.readInBatch.Add(1)
 		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		switch {
 		case err == nil:

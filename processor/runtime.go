@@ -43,7 +43,7 @@ type Processor struct {
 
 	running                                      atomic.Bool
 	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
-	expired                                      atomic.Uint64
+	expired, readAhead, readInBatch              atomic.Uint64
 	cached                                       atomic.Int64 // sessions the shards hold
 }
 
@@ -336,12 +336,19 @@ type Stats struct {
 	Expired  uint64
 	Stuck    int // sessions stuck now (see Config.RetryFor)
 	Sessions int // sessions held in memory now (see Config.MaxSessions)
+	// ReadAhead counts the reads of stored states and lookups in the
+	// events stream made concurrently when a batch arrived; ReadInBatch
+	// those a batch had to make one at a time (not read ahead, or the read
+	// ahead failed).
+	ReadAhead   uint64
+	ReadInBatch uint64
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
 	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
-		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load())}
+		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load()),
+		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load()}
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither

@@ -114,8 +114,18 @@ func (s *shard) current(d delivery, id string) bool {
 
 // read reads a session's stored state into the cache.
 func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error) {
+	if got, ok := s.pre.state(id); ok {
+		sess := &session{id: id, fresh: true}
+		if got.entry != nil {
+			sess.l, sess.seq, sess.rev = &got.state.Ledger, got.state.Seq, got.entry.Revision()
+		}
+		s.put(sess)
+		s.woken++
+		return sess, nil
+	}
 	kv := s.p.res.Sessions
 	for attempt := 0; ; attempt++ {
+		s.p.readInBatch.Add(1)
 		e, err := kv.Get(ctx, id)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):

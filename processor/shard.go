@@ -48,6 +48,7 @@ type shard struct {
 	// woken counts ledgers made live (read, restored or begun) since the
 	// last sweep.
 	woken int
+	pre   prefetch // the batch's reads, made ahead (prefetch.go)
 }
 
 // put caches sess.
@@ -191,6 +192,8 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	// the processor reports itself unready. Every other session of the
 	// batch goes on. Only the end of Run (ctx) stops the batch.
 	b := &budget{limit: p.cfg.RetryFor}
+	s.fill(ctx, batch)
+	defer s.pre.clear()
 	park := func(id string, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -1,0 +1,187 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// This file holds the batch's prefetch: the reads a shard would make one
+// after another while deciding a batch, made at once before it begins.
+//
+// A fleet's batch mostly holds sessions the shard does not have in memory,
+// each read from the bucket and caught up from the events stream: three or
+// four lookups per input, each a round trip, one after another. The
+// prefetch sends them concurrently when the batch arrives and keeps the
+// answers; the batch then decides exactly as before, taking an answer from
+// the prefetch where there is one and asking the server where there is
+// not (a failed prefetch is only asked again, with the batch's retries).
+//
+// The answers are as good as the ones the batch would get: a state read
+// early is checked by the compare-and-swap that stores the session, like
+// any state read; and a lookup made after the batch was fetched sees every
+// message up to the batch's horizon, the furthest any catch-up of the
+// batch reads.
+
+// prefetchConcurrency bounds a shard's prefetch lookups in flight.
+const prefetchConcurrency = 32
+
+// lookupKey names one lookup of the events stream: the first message at or
+// after seq whose subject matches filter.
+type lookupKey struct {
+	filter string
+	seq    uint64
+}
+
+// span is the answer to a lookup from seq from: msg, or nil when there was
+// none. It answers every lookup of the same filter from a sequence between
+// from and msg's (or any beyond from when msg is nil: the batch reads no
+// further than what the stream held when it was asked).
+type span struct {
+	from uint64
+	msg  *jetstream.RawStreamMsg
+}
+
+// prefetched is what the prefetch read of one session's stored state.
+type prefetched struct {
+	entry jetstream.KeyValueEntry // nil: no state stored
+	state *State                  // entry's state, parsed
+}
+
+// prefetch holds a batch's answers. The shard's goroutine reads it once
+// the prefetch has ended, and clears it when the batch ends.
+type prefetch struct {
+	states  map[string]prefetched
+	lookups map[string][]span // by filter
+}
+
+func (pf *prefetch) clear() {
+	clear(pf.states)
+	clear(pf.lookups)
+}
+
+// state takes the prefetched state of session id, once.
+func (pf *prefetch) state(id string) (prefetched, bool) {
+	st, ok := pf.states[id]
+	if ok {
+		delete(pf.states, id)
+	}
+	return st, ok
+}
+
+// lookup returns the prefetched answer of a lookup, if there is one.
+func (pf *prefetch) lookup(k lookupKey) (*jetstream.RawStreamMsg, bool) {
+	if pf == nil {
+		return nil, false
+	}
+	for _, sp := range pf.lookups[k.filter] {
+		if k.seq >= sp.from && (sp.msg == nil || k.seq <= sp.msg.Sequence) {
+			return sp.msg, true
+		}
+	}
+	return nil, false
+}
+
+// prefetchTask is the reading of one session: its state, then the
+// lookups its catch-ups will make.
+type prefetchTask struct {
+	id string
+	// at is the stream sequence of the session's only input in the batch,
+	// 0 when it has several (then only the first catch-up is prefetched).
+	at uint64
+}
+
+// fill reads, concurrently, the state and catch-up lookups of every
+// session of batch that the shard will have to read, and returns when
+// all are answered or have failed.
+func (s *shard) fill(ctx context.Context, batch []delivery) {
+	pf := &s.pre
+	pf.clear()
+	var tasks []prefetchTask
+	index := map[string]int{}
+	for _, d := range batch {
+		if d.mark != nil || d.meta == nil {
+			continue
+		}
+		id, err := s.p.subj.SessionOf(d.msg.Subject())
+		if err != nil {
+			continue
+		}
+		if i, ok := index[id]; ok {
+			tasks[i].at = 0
+			continue
+		}
+		if sess := s.sessions[id]; sess != nil && sess.loaded >= d.horizon && sess.epoch == d.epoch {
+			continue // in memory and current: load keeps it
+		}
+		index[id] = len(tasks)
+		tasks = append(tasks, prefetchTask{id: id, at: d.meta.Sequence.Stream})
+	}
+	if len(tasks) == 0 {
+		return
+	}
+	if pf.states == nil {
+		pf.states = make(map[string]prefetched, len(tasks))
+		pf.lookups = make(map[string][]span, 2*len(tasks))
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, prefetchConcurrency)
+	lookup := func(k lookupKey) (*jetstream.RawStreamMsg, bool) {
+		s.p.readAhead.Add(1)
+		raw, err := s.p.res.Events.GetMsg(ctx, k.seq, jetstream.WithGetMsgSubject(k.filter))
+		switch {
+		case err == nil:
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			raw = nil
+		default:
+			return nil, false // asked again by the batch, with its retries
+		}
+		mu.Lock()
+		pf.lookups[k.filter] = append(pf.lookups[k.filter], span{from: k.seq, msg: raw})
+		mu.Unlock()
+		return raw, true
+	}
+	for _, t := range tasks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.p.readAhead.Add(1)
+			e, err := s.p.res.Sessions.Get(ctx, t.id)
+			var got prefetched
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return
+			default:
+				st, err := UnmarshalState(e.Value())
+				if err != nil {
+					return // read says what is wrong with it
+				}
+				got = prefetched{entry: e, state: &st}
+			}
+			mu.Lock()
+			pf.states[t.id] = got
+			mu.Unlock()
+			from := uint64(1)
+			if got.state != nil {
+				from = got.state.Seq + 1
+			}
+			for i, f := range s.p.subj.SessionFilters(t.id) {
+				if f == "" {
+					continue
+				}
+				raw, ok := lookup(lookupKey{filter: f, seq: from})
+				// The session's events filter (the first) finds its input
+				// of this batch: the catch-up after it looks past it.
+				if ok && i == 0 && t.at != 0 && raw != nil && raw.Sequence == t.at {
+					lookup(lookupKey{filter: f, seq: t.at + 1})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,51 @@
+package processor_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFleetBatchReadsAhead: inputs of sessions the processor does not hold
+// (a fleet's case: a fresh instance, each input a session of its own) are
+// decided with their states and catch-up lookups read ahead, concurrently;
+// the batch itself reads nothing one at a time, and decides as before.
+func TestFleetBatchReadsAhead(t *testing.T) {
+	const sessions = 300
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.Partitions = 2
+	subj := cfg.Subjects()
+	line := func(id, session, typ, data string) []byte {
+		return fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":%q,"data":%s}`, id, typ, session, data)
+	}
+	var opens, turns []*nats.Msg
+	for i := range sessions {
+		s := fmt.Sprintf("fleet-%03d", i)
+		opens = append(opens, binaryMsg(t, subj, line(s+"-o", s, "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`)))
+		turns = append(turns, binaryMsg(t, subj, line(s+"-t0", s, "turn.appended", `{"offset":0,"size":1,"role":"user","content":"hello"}`)))
+	}
+	r := e.start(t, cfg)
+	e.publishAll(t, opens)
+	e.waitIdle(t, cfg, time.Minute)
+	require.NoError(t, r.stop(t))
+
+	// A fresh instance: no session in memory.
+	e.publishAll(t, turns)
+	r = e.start(t, cfg)
+	e.waitIdle(t, cfg, time.Minute)
+	st := r.p.Stats()
+	require.NoError(t, r.stop(t))
+	t.Logf("%d inputs: %d reads ahead, %d in the batch", st.Handled, st.ReadAhead, st.ReadInBatch)
+	require.Equal(t, uint64(sessions), st.Handled)
+	require.Zero(t, st.ReadInBatch, "every read of the batch was made ahead")
+	// A state, the events and control lookups from its stored sequence,
+	// and the events lookup past its input, per session.
+	require.Equal(t, uint64(4*sessions), st.ReadAhead)
+	for _, v := range e.verdicts(t, cfg) {
+		t.Errorf("no verdict expected (every turn is accepted): %s", describe(v.v))
+	}
+}
