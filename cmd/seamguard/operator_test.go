@@ -380,3 +380,18 @@ func TestDenialMessages(t *testing.T) {
 		assert.Equal(t, tc.want, subjectMatches(tc.pattern, tc.subject), "%s ~ %s", tc.pattern, tc.subject)
 	}
 }
+
+// TestDenialsToldBounded: a connection denied ever new subjects remembers
+// which it told about up to maxDenials, then tells no more.
+func TestDenialsToldBounded(t *testing.T) {
+	var d denials
+	told := 0
+	for i := range 10 * maxDenials {
+		if d.first(denial{verb: "publish", subject: fmt.Sprintf("nobody.grants.this.%d", i)}) {
+			told++
+		}
+	}
+	require.Equal(t, maxDenials, told)
+	require.Len(t, d.told, maxDenials)
+	require.False(t, d.first(denial{verb: "publish", subject: "nobody.grants.this.0"}), "told once")
+}

@@ -248,7 +248,9 @@ func (d *denials) first(v denial) bool {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.told[key] {
+	if d.told[key] || len(d.told) >= maxDenials {
+		// Told before; or a connection denied ever new subjects (none of
+		// them granted to anyone) stops telling past the bound.
 		return false
 	}
 	if d.told == nil {
