@@ -49,6 +49,59 @@ type shard struct {
 	// last sweep.
 	woken int
 	pre   prefetch // the batch's reads, made ahead (prefetch.go)
+	// left holds, for each session with inputs this shard left undecided
+	// (fenced, stuck, or past its partition's lease), the highest of them.
+	// Those wait for their redelivery, which may come after later inputs
+	// of the session: until the session has caught up past them from the
+	// stream, each later input first catches up (see handle).
+	left map[string]uint64
+	// leftAll stands for the entries of left dropped to bound it (see
+	// maxLeft): every session catches up past it once.
+	leftAll uint64
+}
+
+// maxLeft bounds a shard's left entries: past it they fold into leftAll.
+const maxLeft = 1 << 16
+
+// horizon is the highest stream sequence up to which session id must
+// catch up before deciding delivery d: d's horizon, or higher when this
+// shard left inputs of the session undecided.
+func (s *shard) horizon(id string, d delivery) uint64 {
+	return max(d.horizon, s.left[id], s.leftAll)
+}
+
+// noteLeft records the inputs of batch whose sessions the batch left
+// (fenced holds them), and forgets what the sessions it finished have
+// caught up past.
+func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, finished map[string]bool) {
+	for _, d := range batch {
+		subject := d.markSubject
+		if d.msg != nil {
+			subject = d.msg.Subject()
+		}
+		sid, err := s.p.subj.SessionOf(subject)
+		if err != nil || !fenced[sid] {
+			continue
+		}
+		if s.left == nil {
+			s.left = map[string]uint64{}
+		}
+		s.left[sid] = max(s.left[sid], d.seq())
+	}
+	if len(s.left) > maxLeft {
+		for _, seq := range s.left {
+			s.leftAll = max(s.leftAll, seq)
+		}
+		clear(s.left)
+	}
+	for sid := range finished {
+		if fenced[sid] {
+			continue
+		}
+		if sess := s.sessions[sid]; sess != nil && sess.caughtUp >= s.left[sid] {
+			delete(s.left, sid)
+		}
+	}
 }
 
 // put caches sess.
@@ -254,7 +307,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				acks = append(acks, ack{msg: m, win: d.win, seq: seq, session: sess.id})
 				continue
 			}
-			if d.horizon > sess.caughtUp || sess.fresh {
+			if s.horizon(sid, d) > sess.caughtUp || sess.fresh {
 				// The messages before this one that may be pending
 				// elsewhere; those after it follow below. A state just
 				// read always checks: the session may have been left
@@ -304,8 +357,8 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				sess.dirty = true
 				touched = append(touched, sess)
 			}
-			if d.horizon > sess.caughtUp {
-				if err := s.catchUp(ctx, b, sess, d.horizon, m, &pubs); errors.Is(err, errFenced) {
+			if h := s.horizon(sess.id, d); h > sess.caughtUp {
+				if err := s.catchUp(ctx, b, sess, h, m, &pubs); errors.Is(err, errFenced) {
 					fence(sess.id, err)
 					continue
 				} else if err != nil {
@@ -314,7 +367,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 					}
 					continue
 				}
-				sess.caughtUp = d.horizon
+				sess.caughtUp = h
 			}
 		}
 		for i := first; i < len(pubs); i++ {
@@ -388,6 +441,13 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			p.sendAck(act)
 		}
 	}
+	finished := make(map[string]bool, len(acks))
+	for _, a := range acks {
+		if a.session != "" {
+			finished[a.session] = true
+		}
+	}
+	s.noteLeft(batch, fenced, finished)
 	return nil
 }
 
