@@ -500,7 +500,7 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		case events.CodeSessionClosed:
 			hint = "; a closed session has no halt to lift"
 		}
-		return &exitError{exitRejected, fmt.Errorf("the processor rejected the resume of session %s: %s: %s%s", session, r.Code, termSafe(r.Message), hint)}
+		return &exitError{exitRejected, fmt.Errorf("the processor rejected the resume of session %s: %s: %s%s", session, r.Code, termtext.Escape(r.Message), hint)}
 	}
 
 	after := w.sessions[session].state
@@ -511,7 +511,7 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	case waived.Len() > 0 || wasHalted && av.Status != "halted":
 		since := ""
 		if bv.HaltRequest != "" {
-			since = fmt.Sprintf(" (since compaction %q)", termSafe(bv.HaltRequest))
+			since = fmt.Sprintf(" (since compaction %q)", termtext.Escape(bv.HaltRequest))
 		}
 		what := "it named no offsets, so nothing is waived"
 		if waived.Len() > 0 {
@@ -519,11 +519,11 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		}
 		fmt.Fprintf(stdout, "session %s resumed: its halt%s is lifted; %s\n", session, since, what)
 		if av.Status == "halted" {
-			fmt.Fprintf(stdout, "session %s is halted again since, by compaction %q: seamguard inspect %s\n", session, termSafe(av.HaltRequest), session)
+			fmt.Fprintf(stdout, "session %s is halted again since, by compaction %q: seamguard inspect %s\n", session, termtext.Escape(av.HaltRequest), session)
 		}
 		return nil
 	case av.Status == "halted":
-		return fmt.Errorf("session %s is still halted (since compaction %q) after the resume: seamguard inspect %s shows why", session, termSafe(av.HaltRequest), session)
+		return fmt.Errorf("session %s is still halted (since compaction %q) after the resume: seamguard inspect %s shows why", session, termtext.Escape(av.HaltRequest), session)
 	}
 	return &exitError{exitNotHalted, fmt.Errorf("session %s was not halted: nothing to waive; the resume is recorded (sequence %d) and changed nothing", session, ack.Sequence)}
 }

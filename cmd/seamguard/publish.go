@@ -13,13 +13,12 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/processor/offline"
@@ -231,7 +230,7 @@ func (e *badLine) Error() string {
 	if field == "" {
 		field = "the line"
 	}
-	return termSafe(fmt.Sprintf("%s: %s: %s (%s)", e.where, field, e.msg, e.code))
+	return termtext.Escape(fmt.Sprintf("%s: %s: %s (%s)", e.where, field, e.msg, e.code))
 }
 
 // path publishes the events of the file name, or of stdin for "-".
@@ -299,7 +298,7 @@ func (p *publisher) file(ctx context.Context, name string, in io.Reader, dry boo
 		}
 		eof := errors.Is(err, io.EOF)
 		if tooLong || len(bytes.TrimSpace(line)) > 0 {
-			where := termSafe(fmt.Sprintf("%s:%d", name, n))
+			where := termtext.Escape(fmt.Sprintf("%s:%d", name, n))
 			var perr error
 			switch {
 			case tooLong:
@@ -392,9 +391,9 @@ func (p *publisher) event(ctx context.Context, where string, line []byte) error 
 		// which line, and what was refused.
 		refused := func(v denial) bool { return v.verb == "publish" && v.subject == m.Subject }
 		if len(p.denied.recorded(refused)) > 0 {
-			return fmt.Errorf("%s: publishing %s %s on %s was refused: %w", where, termSafe(shortType(ev.Type)), termSafe(ev.ID), m.Subject, p.denied.explain(err, refused))
+			return fmt.Errorf("%s: publishing %s %s on %s was refused: %w", where, termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), m.Subject, p.denied.explain(err, refused))
 		}
-		return fmt.Errorf("%s: publishing %s %s on %s: %w", where, termSafe(shortType(ev.Type)), termSafe(ev.ID), m.Subject, err)
+		return fmt.Errorf("%s: publishing %s %s on %s: %w", where, termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), m.Subject, err)
 	}
 	p.sessions[ev.Subject] = true
 	if ack.Duplicate {
@@ -639,7 +638,7 @@ func (w *waiter) sent(where string, ev *events.Event, ack *jetstream.PubAck) {
 	if ack.Duplicate {
 		if isReq && w.out != nil {
 			fmt.Fprintf(w.out, "%s %s duplicate: %s was published before (the events stream holds it): not decided again; seamguard watch --all --session %s shows its verdict\n",
-				where, ev.Subject, termSafe(req.RequestID), ev.Subject)
+				where, ev.Subject, termtext.Escape(req.RequestID), ev.Subject)
 		}
 		return
 	}
@@ -688,7 +687,7 @@ func (w *waiter) handle(body []byte) bool {
 	if w.out != nil {
 		shown := *v
 		shown.Time = time.Time{}
-		fmt.Fprintf(w.out, "%s %s\n", se.where, termSafe(describeVerdict(&shown)))
+		fmt.Fprintf(w.out, "%s %s\n", se.where, termtext.Escape(describeVerdict(&shown)))
 	}
 	switch d := v.Data.(type) {
 	case *events.CompactionAllowed:
@@ -813,7 +812,7 @@ func (w *waiter) settle(ctx context.Context) (bool, error) {
 				w.verdictless++
 				if w.out != nil {
 					fmt.Fprintf(w.out, "%s %s no verdict for %s: the processor had applied an event with the same source and id before (a duplicate), and did not decide it again\n",
-						r.where, r.session, termSafe(r.requestID))
+						r.where, r.session, termtext.Escape(r.requestID))
 				}
 			}
 		}
@@ -832,7 +831,7 @@ func (w *waiter) unanswered(timeout time.Duration) error {
 		}
 		for _, r := range s.requests {
 			if !r.answered {
-				missing = append(missing, fmt.Sprintf("%s (%s %s)", r.where, r.typ, termSafe(r.requestID)))
+				missing = append(missing, fmt.Sprintf("%s (%s %s)", r.where, r.typ, termtext.Escape(r.requestID)))
 			}
 		}
 		if !s.last.request {
@@ -930,38 +929,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// termSafe escapes what a terminal would act on rather than show: control
-// characters (C0, DEL, C1: escape sequences, OSC titles), bidirectional
-// overrides, line and paragraph separators, and bytes that are not UTF-8.
-func termSafe(s string) string {
-	bad := func(r rune) bool {
-		return r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
-	}
-	if !strings.ContainsFunc(s, bad) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case bad(r) && r < 0x100:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case bad(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
 }
 
 // lostOffsets formats a ledger range set for a report.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -240,8 +241,8 @@ func TestPublishBinaryEncoding(t *testing.T) {
 		assert.Equal(t, "seamguard.control.s1", m.Subject, "a resume goes to the control subject")
 	}
 
-	assert.Equal(t, `a\x1b[2Jb\x07\u202e\n`, termSafe("a\x1b[2Jb\a\u202e\n"))
-	assert.Equal(t, "plain: [0, 8) é", termSafe("plain: [0, 8) é"))
+	assert.Equal(t, `a\x1b[2Jb\x07\u202e\x0a`, termtext.Escape("a\x1b[2Jb\a\u202e\n"))
+	assert.Equal(t, "plain: [0, 8) é", termtext.Escape("plain: [0, 8) é"))
 }
 
 // TestResume runs resume against a live serve in each case the processor
