@@ -22,8 +22,9 @@ import (
 // The answers are as good as the ones the batch would get: a state read
 // early is checked by the compare-and-swap that stores the session, like
 // any state read; and a lookup made after the batch was fetched sees every
-// message up to the batch's horizon, the furthest any catch-up of the
-// batch reads.
+// message any catch-up of the batch reads, since none reads past a message
+// delivered before the batch began (its horizon, or an input the shard
+// left undecided earlier).
 
 // prefetchConcurrency bounds a shard's prefetch lookups in flight.
 const prefetchConcurrency = 32
@@ -38,7 +39,7 @@ type lookupKey struct {
 // span is the answer to a lookup from seq from: msg, or nil when there was
 // none. It answers every lookup of the same filter from a sequence between
 // from and msg's (or any beyond from when msg is nil: the batch reads no
-// further than what the stream held when it was asked).
+// further than what the stream held when it was asked, see above).
 type span struct {
 	from uint64
 	msg  *jetstream.RawStreamMsg
