@@ -92,6 +92,8 @@ type prefetchTask struct {
 	// at is the stream sequence of the session's only input in the batch,
 	// 0 when it has several (then only the first catch-up is prefetched).
 	at uint64
+	// h is the horizon the session catches up to (shard.horizon).
+	h uint64
 }
 
 // fill reads, concurrently, the state and catch-up lookups of every
@@ -118,7 +120,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 			continue // in memory and current: load keeps it
 		}
 		index[id] = len(tasks)
-		tasks = append(tasks, prefetchTask{id: id, at: d.meta.Sequence.Stream})
+		tasks = append(tasks, prefetchTask{id: id, at: d.meta.Sequence.Stream, h: s.horizon(id, d)})
 	}
 	if len(tasks) == 0 {
 		return
@@ -127,6 +129,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.states = make(map[string]prefetched, len(tasks))
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
+	single := s.p.singleCopy()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, prefetchConcurrency)
@@ -171,14 +174,18 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 			if got.state != nil {
 				from = got.state.Seq + 1
 			}
+			if single && t.h < from {
+				return // nothing to catch up (see handle)
+			}
 			for i, f := range s.p.subj.SessionFilters(t.id) {
 				if f == "" {
 					continue
 				}
 				raw, ok := lookup(lookupKey{filter: f, seq: from})
 				// The session's events filter (the first) finds its input
-				// of this batch: the catch-up after it looks past it.
-				if ok && i == 0 && t.at != 0 && raw != nil && raw.Sequence == t.at {
+				// of this batch: the catch-up after it looks past it, when
+				// its horizon is past it.
+				if ok && i == 0 && t.at != 0 && t.h > t.at && raw != nil && raw.Sequence == t.at {
 					lookup(lookupKey{filter: f, seq: t.at + 1})
 				}
 			}

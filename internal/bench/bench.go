@@ -335,6 +335,10 @@ func (r *Report) rows() {
 				add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("  %s, %s keys", a.what, thousands(z.Sessions)),
 					Seamguard: fmt.Sprintf("%.0f", z.SeamguardPerSec), Raw: fmt.Sprintf("%.0f", a.v), Ratio: ratio(z.SeamguardPerSec, a.v), Target: "(anchor)"})
 			}
+			if z.GetPerSec > 0 {
+				add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("  raw KV gets/s of existing keys not read before, 64 at a time, %s keys", thousands(z.Sessions)),
+					Seamguard: fmt.Sprintf("%.0f", z.SeamguardPerSec), Raw: fmt.Sprintf("%.0f", z.GetPerSec), Ratio: ratio(z.SeamguardPerSec, z.GetPerSec), Target: "(reference)"})
+			}
 		}
 		if n := len(s.Sizes); n > 1 {
 			first, last := s.Sizes[0], s.Sizes[n-1]
@@ -344,6 +348,10 @@ func (r *Report) rows() {
 			}
 			add("sessions_scale", Row{Item: "3 sessions", Metric: fmt.Sprintf("events/s at %s vs %s live sessions", thousands(last.Sessions), thousands(first.Sessions)),
 				Seamguard: fmt.Sprintf("%.0f vs %.0f", last.SeamguardPerSec, first.SeamguardPerSec), Raw: "-", Ratio: ratio(last.SeamguardPerSec, first.SeamguardPerSec), Target: target, Met: ok})
+			if first.GetPerSec > 0 && last.GetPerSec > 0 {
+				add("", Row{Item: "3 sessions", Metric: fmt.Sprintf("  raw KV gets/s at %s vs %s keys (the broker's own fall)", thousands(last.Sessions), thousands(first.Sessions)),
+					Seamguard: "-", Raw: fmt.Sprintf("%.0f vs %.0f", last.GetPerSec, first.GetPerSec), Ratio: ratio(last.GetPerSec, first.GetPerSec), Target: "(reference)"})
+			}
 		}
 		// Every session the last round touched is held, most with a live
 		// ledger: the cost of a held session, not of one opened.

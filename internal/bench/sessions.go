@@ -79,6 +79,12 @@ type SessionsSize struct {
 	// decided, fetching as the processor does and acknowledging each batch
 	// by its last message (AckAll, as the processor's partitions do).
 	ConsumePerSec float64 `json:"raw_consume_per_sec"`
+	// Get: the raw bucket's keys of the same sessions, in the same order,
+	// each read once (kv.Get, 64 at a time), before the raw writes touch
+	// them: what reading a state the processor does not hold costs the
+	// server at this key count. A reference, not an anchor: seamguard
+	// reads each state once too, and the writes bound it first.
+	GetPerSec float64 `json:"raw_get_per_sec"`
 	// Lowest names the lowest anchor; Ratio is seamguard over it.
 	Lowest string  `json:"lowest_anchor"`
 	Ratio  float64 `json:"ratio"`
@@ -266,7 +272,13 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 		}
 		progress("sessions: %d live, seamguard %.0f events/s", n, z.SeamguardPerSec)
 
-		// The raw anchors, on the same server at the same key count.
+		// The raw anchors, on the same server at the same key count; the
+		// reads first, while the raw keys are as cold as the states
+		// seamguard read.
+		if z.GetPerSec, err = r.rawGets(ctx, order); err != nil {
+			return res, err
+		}
+		progress("sessions: %d live, raw KV gets %.0f/s", n, z.GetPerSec)
 		if z.PutPerSec, z.Put, err = r.rawWrites(ctx, order, false); err != nil {
 			return res, err
 		}
@@ -486,6 +498,56 @@ func (r *sessionsRun) rawWrites(ctx context.Context, order []int, cas bool) (flo
 	}
 	took := time.Since(start)
 	return float64(len(order)) / took.Seconds(), m.stop(), nil
+}
+
+// rawGets reads the raw bucket's keys of the sessions in order, each once,
+// with 64 reads in flight, and returns the reads per second.
+func (r *sessionsRun) rawGets(ctx context.Context, order []int) (float64, error) {
+	kv, err := r.srv.js.KeyValue(ctx, r.rawKV)
+	if err != nil {
+		return 0, fmt.Errorf("bench: raw bucket %s: %w", r.rawKV, err)
+	}
+	const inFlight = 64
+	next := make(chan int)
+	errs := make(chan error, inFlight)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				if _, err := kv.Get(ctx, sessionID(k)); err != nil {
+					errs <- fmt.Errorf("bench: raw KV get of %s: %w", sessionID(k), err)
+					return
+				}
+			}
+		}()
+	}
+	var failed error
+feed:
+	for _, k := range order {
+		select {
+		case next <- k:
+		case failed = <-errs:
+			break feed
+		case <-ctx.Done():
+			failed = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if failed == nil {
+		select {
+		case failed = <-errs:
+		default:
+		}
+	}
+	if failed != nil {
+		return 0, failed
+	}
+	return float64(len(order)) / time.Since(start).Seconds(), nil
 }
 
 // consumeFrom reads n events of cfg's events stream from sequence first
