@@ -15,7 +15,9 @@ import (
 // makes an old state current before anything is decided on it. A bucket
 // with one copy has no replica to lag: its reads are the latest state, and
 // a session read fresh catches up only when an input of it may be pending
-// past its stored sequence (see shard.handle).
+// past its stored sequence (see shard.handle), provided the servers sync
+// every write before acknowledging it (Config.SyncAlways): a lazy server
+// may lose a state it acknowledged, and the catch-up repairs that.
 
 // copiesEvery is how often the processor reads the session bucket's
 // replica count again, so that a bucket scaled up while it runs gets the
@@ -25,6 +27,11 @@ const copiesEvery = 5 * time.Second
 // singleCopy reports whether the session bucket stores one copy and no
 // mirror serves its reads, as last read.
 func (p *Processor) singleCopy() bool { return p.oneCopy.Load() }
+
+// latestReads reports whether a state read from the bucket is the latest
+// one the bucket acknowledged, and stays so: one copy, on servers that
+// sync before acknowledging.
+func (p *Processor) latestReads() bool { return p.cfg.SyncAlways && p.singleCopy() }
 
 // readCopies reads the session bucket's configuration and records whether
 // it has a single copy; on failure it assumes replicas.

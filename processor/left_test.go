@@ -123,3 +123,52 @@ func TestLeftInputsCaughtUpBeforeLaterOnes(t *testing.T) {
 	st := r.p.Stats()
 	t.Logf("%d decided, %d caught up from the stream; %d failed reads while the bucket was blind", st.Handled, st.CaughtUp, failed.Load())
 }
+
+// TestStateLostAfterAckRepaired: a server that acknowledges before it
+// syncs can lose, in a power cut, a session state it acknowledged, while
+// the inputs it covered stay acknowledged. Without Config.SyncAlways a
+// session read fresh catches up from the events stream and applies those
+// inputs again; with it (the servers promised not to lose an acknowledged
+// write) the state read is taken as the latest, and what the lost state
+// covered is missing: the compaction after it halts on a gap.
+func TestStateLostAfterAckRepaired(t *testing.T) {
+	for _, syncAlways := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SyncAlways=%v", syncAlways), func(t *testing.T) {
+			e := newEnv(t)
+			cfg := baseConfig()
+			subj := cfg.Subjects()
+			msg := func(id, typ, data string) *nats.Msg {
+				return binaryMsg(t, subj, fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":"lost","data":%s}`, id, typ, data))
+			}
+			turn := func(n int) *nats.Msg {
+				return msg(fmt.Sprintf("t%d", n), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"role":"user","content":"turn %d"}`, n, n))
+			}
+			run := func(msgs ...*nats.Msg) {
+				r := e.start(t, cfg)
+				e.publishAll(t, msgs)
+				e.waitIdle(t, cfg, 10*time.Second)
+				require.NoError(t, r.stop(t))
+			}
+			run(msg("o", "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`), turn(0))
+			kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
+			require.NoError(t, err)
+			before, err := kv.Get(e.ctx, "lost")
+			require.NoError(t, err)
+			run(turn(1))
+			// The power cut: the bucket is back to the state before turn 1,
+			// which stays acknowledged.
+			_, err = kv.Put(e.ctx, "lost", before.Value())
+			require.NoError(t, err)
+
+			cfg.SyncAlways = syncAlways
+			run(turn(2), msg("r", "compaction.requested", `{"request_id":"r","summarizer_input":{"start":0,"end":3},"summary_range":{"start":0,"end":2},"tail_start":2}`))
+			vs := e.verdicts(t, cfg)
+			require.Len(t, vs, 1)
+			if syncAlways {
+				require.Equal(t, events.TypeSessionHalted, vs[0].v.Type, "the lost turn is missing: %s", describe(vs[0].v))
+			} else {
+				require.Equal(t, events.TypeCompactionAllowed, vs[0].v.Type, "turn 1 applied again from the stream: %s", describe(vs[0].v))
+			}
+		})
+	}
+}

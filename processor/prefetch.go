@@ -129,7 +129,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.states = make(map[string]prefetched, len(tasks))
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
-	single := s.p.singleCopy()
+	single := s.p.latestReads()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, prefetchConcurrency)

@@ -307,8 +307,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				acks = append(acks, ack{msg: m, win: d.win, seq: seq, session: sess.id})
 				continue
 			}
-			if sess.fresh && p.singleCopy() && s.horizon(sid, d) <= sess.seq {
-				// Read from the bucket's only copy: the latest state.
+			if sess.fresh && p.latestReads() && s.horizon(sid, d) <= sess.seq {
+				// Read from the bucket's only copy, on servers that lose
+				// nothing they acknowledged: the latest state.
 				// Every input of the session below this one was either
 				// applied and stored before it was acknowledged, or is
 				// pending: delivered elsewhere (the horizon covers it) or

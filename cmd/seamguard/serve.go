@@ -277,6 +277,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	default:
 		log.Info("the NATS servers sync before acknowledging", "servers", durable.Servers)
 	}
+	cfg.SyncAlways = durable.Durable()
 	opts := []processor.Option{processor.WithLogger(log)}
 	var rec *metrics.Recorder
 	if *healthListen != "" {
