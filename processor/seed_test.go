@@ -18,6 +18,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/latepub"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
 )
@@ -200,33 +201,10 @@ func (l lateJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jets
 	if !strings.HasSuffix(m.Subject, ".spilled") {
 		return l.JetStream.PublishMsgAsync(m, opts...)
 	}
-	f := &lateFuture{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
-	go func() {
-		time.Sleep(l.delay)
-		real, err := l.JetStream.PublishMsgAsync(m, opts...)
-		if err != nil {
-			f.err <- err
-			return
-		}
-		select {
-		case a := <-real.Ok():
-			f.ok <- a
-		case e := <-real.Err():
-			f.err <- e
-		}
-	}()
+	f := latepub.New(m)
+	time.AfterFunc(l.delay, func() { f.Follow(l.JetStream, opts...) })
 	return f, nil
 }
-
-type lateFuture struct {
-	msg *nats.Msg
-	ok  chan *jetstream.PubAck
-	err chan error
-}
-
-func (f *lateFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
-func (f *lateFuture) Err() <-chan error            { return f.err }
-func (f *lateFuture) Msg() *nats.Msg               { return f.msg }
 
 // TestSpillAnnouncedBeforeRefusal: the contract puts transcript.spilled
 // before the refusal that names the spill. A spill announcement stored

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/latepub"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
@@ -545,25 +546,13 @@ func TestWriteBehindIsUnavailable(t *testing.T) {
 	t.Log(err)
 }
 
-// lateFuture is the future of a publish sent later than asked for: it
-// answers what the real publish, once sent, answers.
-type lateFuture struct {
-	msg *nats.Msg
-	ok  chan *jetstream.PubAck
-	err chan error
-}
-
-func (f *lateFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
-func (f *lateFuture) Err() <-chan error            { return f.err }
-func (f *lateFuture) Msg() *nats.Msg               { return f.msg }
-
 // swapJS sends the second chunk publish of an object after the third, as
 // the NATS client does when it republishes a chunk the server answered
 // "no responders" (a stream leader moving) while later chunks went out.
 type swapJS struct {
 	jetstream.JetStream
 	n    *atomic.Int32
-	held *lateFuture
+	held *latepub.Future
 }
 
 func (f *swapJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
@@ -572,26 +561,14 @@ func (f *swapJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jet
 	}
 	switch f.n.Add(1) {
 	case 2:
-		f.held = &lateFuture{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+		f.held = latepub.New(m)
 		return f.held, nil
 	case 3:
 		third, err := f.JetStream.PublishMsgAsync(m, opts...)
 		if err != nil {
 			return nil, err
 		}
-		second, err := f.JetStream.PublishMsgAsync(f.held.msg, opts...)
-		if err != nil {
-			return nil, err
-		}
-		late := f.held
-		go func() {
-			select {
-			case a := <-second.Ok():
-				late.ok <- a
-			case e := <-second.Err():
-				late.err <- e
-			}
-		}()
+		f.held.Follow(f.JetStream, opts...)
 		return third, nil
 	}
 	return f.JetStream.PublishMsgAsync(m, opts...)
