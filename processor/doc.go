@@ -55,10 +55,14 @@
 //
 //   - fetch.go: a partition's fetcher, its lease and its ack window, the
 //     routing of each input to its session's shard;
-//   - shard.go: a shard's batch, from the decisions to the acks;
+//   - shard.go: a shard's batch, from the decisions to the acks, and what
+//     it left undecided;
+//   - prefetch.go: the batch's state reads and catch-up lookups, made at
+//     once before it begins;
 //   - sessions.go: loading a session's state, the lease check, storing with
 //     compare-and-swap;
-//   - catchup.go: applying from the stream what was delivered elsewhere;
+//   - catchup.go: applying from the stream what was delivered elsewhere or
+//     left; copies.go: when a state just read needs no catch-up;
 //   - step.go: one decision (package ledger's Step) and the spill it asks
 //     for (package spill);
 //   - publish.go: publishing verdicts and confirming their acks;
