@@ -1207,8 +1207,11 @@ func hostileFullDisk(t *testing.T, hs *hostileSuite) {
 	h.sessions = []string{s.ID}
 	clean := hs.clean.Items
 	half, q3 := len(clean)/2, len(clean)*3/4
-	phase1 := append(mix(clean[:half], 1, s.Items[:turns]), s.Items[turns:request]...)
+	// c1 goes last: its spill fills the disk until it fails, and a
+	// publish that falls in that moment is refused for want of storage.
+	phase1 := append(mix(clean[:half], 1, s.Items[:turns]), s.Items[turns:request-1]...)
 	require.NoError(t, h.publish(append(phase1, clean[half:q3]...)))
+	require.NoError(t, h.publish(s.Items[request-1:request]))
 	published := time.Now()
 	if h.await("hostile-c's halt", 3*time.Minute, func() bool { _, ok := h.verdicts.decided(s.ID, "c1"); return ok }) {
 		t.Logf("c1 decided %s after it was published", time.Since(published).Round(100*time.Millisecond))
@@ -1454,7 +1457,11 @@ func hostileKillMidSpill(t *testing.T, hs *hostileSuite) {
 	require.NoError(t, err)
 	require.NoError(t, sub.SetPendingLimits(-1, -1))
 	require.NoError(t, nc.Flush())
-	require.NoError(t, h.publish(mix(hs.clean.Items, 0.5, s.Items)))
+	// e1 goes last, once the fleet is in: the kill falls in its spill, not
+	// in the publishing.
+	e1 := len(s.Items) - 1
+	require.NoError(t, h.publish(mix(hs.clean.Items, 0.5, s.Items[:e1])))
+	require.NoError(t, h.publish(s.Items[e1:]))
 	spilled := func() bool { return len(h.verdicts.of(s.ID, events.TypeTranscriptSpilled)) > 0 }
 	begun := h.await("hostile-e's spill to be under way", 3*time.Minute, func() bool { return killed.Load() || spilled() })
 	require.True(t, begun, "hostile-e's spill never began")
