@@ -24,14 +24,10 @@ import (
 // replicated rule within that time.
 const copiesEvery = 5 * time.Second
 
-// singleCopy reports whether the session bucket stores one copy and no
-// mirror serves its reads, as last read.
-func (p *Processor) singleCopy() bool { return p.oneCopy.Load() }
-
 // latestReads reports whether a state read from the bucket is the latest
-// one the bucket acknowledged, and stays so: one copy, on servers that
-// sync before acknowledging.
-func (p *Processor) latestReads() bool { return p.cfg.SyncAlways && p.singleCopy() }
+// one the bucket acknowledged, and stays so: one copy (no mirror serving
+// its reads, as last read), on servers that sync before acknowledging.
+func (p *Processor) latestReads() bool { return p.cfg.SyncAlways && p.oneCopy.Load() }
 
 // readCopies reads the session bucket's configuration and records whether
 // it has a single copy; on failure it assumes replicas.

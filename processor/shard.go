@@ -71,35 +71,42 @@ func (s *shard) horizon(id string, d delivery) uint64 {
 }
 
 // noteLeft records the inputs of batch whose sessions the batch left
-// (fenced holds them), and forgets what the sessions it finished have
-// caught up past.
-func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, finished map[string]bool) {
-	for _, d := range batch {
-		subject := d.markSubject
-		if d.msg != nil {
-			subject = d.msg.Subject()
+// (fenced holds them), and forgets what the sessions acks finished have
+// caught up past. A batch that left nothing, on a shard that remembers
+// nothing left, costs nothing here.
+func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, acks []ack) {
+	if len(fenced) > 0 {
+		for _, d := range batch {
+			subject := d.markSubject
+			if d.msg != nil {
+				subject = d.msg.Subject()
+			}
+			sid, err := s.p.subj.SessionOf(subject)
+			if err != nil || !fenced[sid] {
+				continue
+			}
+			if s.left == nil {
+				s.left = map[string]uint64{}
+			}
+			s.left[sid] = max(s.left[sid], d.seq())
 		}
-		sid, err := s.p.subj.SessionOf(subject)
-		if err != nil || !fenced[sid] {
+		if len(s.left) > maxLeft {
+			for _, seq := range s.left {
+				s.leftAll = max(s.leftAll, seq)
+			}
+			clear(s.left)
+		}
+	}
+	if len(s.left) == 0 {
+		return
+	}
+	for _, a := range acks {
+		seq, ok := s.left[a.session]
+		if !ok || fenced[a.session] {
 			continue
 		}
-		if s.left == nil {
-			s.left = map[string]uint64{}
-		}
-		s.left[sid] = max(s.left[sid], d.seq())
-	}
-	if len(s.left) > maxLeft {
-		for _, seq := range s.left {
-			s.leftAll = max(s.leftAll, seq)
-		}
-		clear(s.left)
-	}
-	for sid := range finished {
-		if fenced[sid] {
-			continue
-		}
-		if sess := s.sessions[sid]; sess != nil && sess.caughtUp >= s.left[sid] {
-			delete(s.left, sid)
+		if sess := s.sessions[a.session]; sess != nil && sess.caughtUp >= seq {
+			delete(s.left, a.session)
 		}
 	}
 }
@@ -451,13 +458,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 			p.sendAck(act)
 		}
 	}
-	finished := make(map[string]bool, len(acks))
-	for _, a := range acks {
-		if a.session != "" {
-			finished[a.session] = true
-		}
-	}
-	s.noteLeft(batch, fenced, finished)
+	s.noteLeft(batch, fenced, acks)
 	return nil
 }
 
