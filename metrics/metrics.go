@@ -95,6 +95,7 @@ type Recorder struct {
 	stuckSession    *prometheus.GaugeVec
 	stuckMu         sync.Mutex
 	stuckNamed      map[string]bool
+	serviceDenied   *prometheus.CounterVec
 
 	byType   map[string]prometheus.Counter // read-only after New
 	okCode   map[events.Code]bool
@@ -178,19 +179,25 @@ func New() *Recorder {
 			Help: "1 for each stuck session, by session id (at most 64 are named; seamguard_sessions_stuck counts them all).",
 		}, []string{"session"}),
 		stuckNamed: map[string]bool{},
-		byType:     map[string]prometheus.Counter{},
-		okCode:     map[events.Code]bool{},
-		okReason:   map[events.ReasonCode]bool{},
-		okKind:     map[string]bool{},
+		serviceDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seamguard_service_denied_total",
+			Help: "Requests to the processor's services (the recover service) not served: reason reply_subject (a reply subject outside the inbox prefixes; no answer) or overloaded (a full queue; answered 503).",
+		}, []string{"reason"}),
+		byType:   map[string]prometheus.Counter{},
+		okCode:   map[events.Code]bool{},
+		okReason: map[events.ReasonCode]bool{},
+		okKind:   map[string]bool{},
 	}
 	r.reg.MustRegister(r.events, r.rejections, r.verdicts, r.reasons, r.spills, r.spillBytes, r.spillFailures,
 		r.spillSeconds, r.decision, r.snapshot, r.casConflicts, r.consumerLag, r.consumerPending, r.pollErrors,
-		r.stuck, r.stuckSession,
+		r.stuck, r.stuckSession, r.serviceDenied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range InputTypes {
 		r.byType[t] = r.events.WithLabelValues(t)
 	}
 	r.byType[Other] = r.events.WithLabelValues(Other)
+	r.serviceDenied.WithLabelValues(processor.DeniedReply)
+	r.serviceDenied.WithLabelValues(processor.DeniedOverload)
 	for _, c := range RejectionCodes {
 		r.okCode[c] = true
 		r.rejections.WithLabelValues(string(c))
@@ -293,6 +300,14 @@ func (r *Recorder) Stored(took time.Duration) { r.snapshot.Observe(took.Seconds(
 
 // CASConflict counts a revision mismatch of the session bucket.
 func (r *Recorder) CASConflict() { r.casConflicts.Inc() }
+
+// ServiceDenied counts a request a service did not serve.
+func (r *Recorder) ServiceDenied(reason string) {
+	if reason != processor.DeniedReply && reason != processor.DeniedOverload {
+		reason = Other
+	}
+	r.serviceDenied.WithLabelValues(reason).Inc()
+}
 
 // maxStuckNamed bounds the sessions seamguard_session_stuck names.
 const maxStuckNamed = 64

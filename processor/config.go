@@ -177,6 +177,52 @@ type Config struct {
 	// agents read their own sessions' spills; the zero value runs it on
 	// every instance while it runs (see the package doc).
 	NoRecoverService bool
+	// ReplyPrefixes are the inbox prefixes the processor's services (the
+	// recover service and its discovery) may answer to: a request is
+	// answered only when its reply subject is <prefix>.<token>[.<token>...]
+	// for one of them, with no wildcard; any other request gets no answer
+	// and is counted and logged as denied. Empty means DefaultReplyPrefixes.
+	// Choose prefixes under which nothing but inboxes lives: no prefix may
+	// begin with '$' (JetStream, KV, object store, system subjects) or share
+	// a first token with Prefix.
+	ReplyPrefixes []string
+}
+
+// DefaultReplyPrefixes are the inboxes the services answer by default:
+// NATS's default inbox prefix, which agents use (also with a token of their
+// own after it, "_INBOX.<name>", where each agent is narrowed to its own
+// inbox), and the seamguard CLI's default, "_INBOX_operator".
+var DefaultReplyPrefixes = []string{"_INBOX", "_INBOX_operator"}
+
+// replyPrefixes returns c.ReplyPrefixes or the default.
+func (c Config) replyPrefixes() []string {
+	if len(c.ReplyPrefixes) == 0 {
+		return DefaultReplyPrefixes
+	}
+	return c.ReplyPrefixes
+}
+
+// checkReplyPrefixes reports every ReplyPrefixes entry that is not a
+// plain subject, or that could let a reply reach JetStream's or
+// seamguard's own subjects.
+func (c Config) checkReplyPrefixes() []error {
+	var errs []error
+	own, _, _ := strings.Cut(c.Subjects().Prefix, ".")
+	if own == "" {
+		own = events.DefaultPrefix
+	}
+	for _, p := range c.ReplyPrefixes {
+		first, _, _ := strings.Cut(p, ".")
+		switch {
+		case p == "" || (events.Subjects{Prefix: p}).Validate() != nil:
+			errs = append(errs, fmt.Errorf("processor: ReplyPrefixes entry %q is not a subject of dot-separated tokens without wildcards or spaces", p))
+		case strings.HasPrefix(p, "$"):
+			errs = append(errs, fmt.Errorf("processor: ReplyPrefixes entry %q begins with '$', where JetStream, KV, the object store and the system account live; use an inbox prefix such as _INBOX", p))
+		case first == own:
+			errs = append(errs, fmt.Errorf("processor: ReplyPrefixes entry %q shares its first token with seamguard's subjects (%s.>); use an inbox prefix such as _INBOX", p, own))
+		}
+	}
+	return errs
 }
 
 // MinSpillBucketMaxBytes is the smallest SpillBucketMaxBytes other than 0.
@@ -239,6 +285,7 @@ func (c Config) Validate() error {
 	if err := c.Subjects().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.checkReplyPrefixes()...)
 	for _, f := range []struct {
 		name string
 		v    int

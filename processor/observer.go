@@ -43,6 +43,11 @@ type Observer interface {
 	// effects could not be made durable, its inputs wait for redelivery)
 	// and when it no longer is.
 	Stuck(session string, stuck bool)
+	// ServiceDenied is called for every request to the processor's
+	// services that was not served, with why: DeniedReply (a reply subject
+	// outside the inbox prefixes, left unanswered) or DeniedOverload (a
+	// full queue, answered 503).
+	ServiceDenied(reason string)
 }
 
 // WithObserver sets the Observer; the default observes nothing.
@@ -58,6 +63,7 @@ func (nopObserver) SpillFailed()                              {}
 func (nopObserver) Stored(time.Duration)                      {}
 func (nopObserver) CASConflict()                              {}
 func (nopObserver) Stuck(string, bool)                        {}
+func (nopObserver) ServiceDenied(string)                      {}
 
 // observe reports an output the verdict stream has acknowledged to the
 // Observer and to the log: refusals, halts, violations and rejections at

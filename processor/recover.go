@@ -57,9 +57,11 @@ func ServiceVersion() string {
 // semver is semver.org's pattern, as micro checks it.
 var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
-// recoverService answers the recover protocol for one processor. Its
-// handler runs on the endpoint subscription's goroutine, one request at a
-// time; stop may be called from any goroutine, more than once.
+// recoverService answers the recover protocol for one processor (see
+// service.go for the rules every answer follows). Requests are read on the
+// responder connection's subscription goroutines and answered by
+// serviceWorkers workers; stop may be called from any goroutine, more than
+// once.
 type recoverService struct {
 	js         jetstream.JetStream
 	spills     jetstream.ObjectStore
@@ -68,66 +70,66 @@ type recoverService struct {
 	log        *slog.Logger
 	ctx        context.Context // ends when Run is aborted
 	maxPayload int64
+	nc         *nats.Conn // where requests come and answers go
+	prefixes   []string   // Config.ReplyPrefixes
+	denied     *denials
+	disc       *discovery
+	stats      serviceStats
+	queue      *fairQueue
 
 	mu      sync.Mutex
-	stopped bool
-	working sync.WaitGroup   // requests being answered
+	subs    []*nats.Subscription
+	workers sync.WaitGroup
 	chunks  jetstream.Stream // the bucket's stream, opened on first use
-	svc     micro.Service
 }
 
-// serveRecover registers the recover service on the processor's
-// connection and stops it when ctx ends (a drain begins). The returned
-// function stops it too and waits for the requests being answered, each
-// bounded by recoverTimeout and by hard. With Config.NoRecoverService, or
-// when the service cannot be registered (logged), it does nothing.
+// serveRecover subscribes the recover service on the responder connection
+// (WithResponder; the processor's own by default) and stops it when ctx
+// ends (a drain begins). The returned function stops it too and waits for
+// the requests being answered, each bounded by recoverTimeout and by hard.
+// With Config.NoRecoverService, or when the service cannot subscribe
+// (logged), it does nothing.
 func (p *Processor) serveRecover(ctx, hard context.Context) (stop func()) {
 	if p.cfg.NoRecoverService {
 		return func() {}
 	}
-	nc := p.js.Conn()
+	nc := p.responder
+	if nc == nil {
+		nc = p.js.Conn()
+	}
 	r := &recoverService{
 		js: p.js, spills: p.res.Spills, bucket: p.cfg.Names().Spills, subj: p.subj,
-		log: p.log, ctx: hard, maxPayload: nc.MaxPayload(),
+		log: p.log, ctx: hard, maxPayload: nc.MaxPayload(), nc: nc,
+		prefixes: p.cfg.replyPrefixes(), denied: &p.denied, queue: newFairQueue(),
 	}
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        events.RecoverService,
-		Version:     ServiceVersion(),
-		Description: "seamguard: agents read their own sessions' spills (transcripts kept when a compaction was refused)",
-		Metadata: map[string]string{
-			"prefix": p.subj.Prefix, "bucket": r.bucket, "source": p.cfg.Source,
-		},
-		QueueGroup: events.RecoverQueueGroup,
-		ErrorHandler: func(_ micro.Service, err *micro.NATSError) {
-			p.log.Warn("recover service: NATS reported an error on its subscription", "subject", err.Subject, "err", err.Description)
-		},
-	})
-	if err == nil {
-		err = svc.AddEndpoint(events.RecoverEndpoint, micro.HandlerFunc(r.handle),
-			micro.WithEndpointSubject(p.subj.RecoverWildcard()),
-			micro.WithEndpointMetadata(map[string]string{
+	r.disc = newDiscovery(events.RecoverService, ServiceVersion(),
+		"seamguard: agents read their own sessions' spills (transcripts kept when a compaction was refused)",
+		map[string]string{"prefix": p.subj.Prefix, "bucket": r.bucket, "source": p.cfg.Source},
+		micro.EndpointInfo{
+			Name: events.RecoverEndpoint, Subject: p.subj.RecoverWildcard(), QueueGroup: events.RecoverQueueGroup,
+			Metadata: map[string]string{
 				"request":   `{"op":"info"|"read","name":"<session>/<n>.jsonl","offset":0,"cursor":"","max":0}`,
 				"max_chunk": strconv.Itoa(r.chunkLimit(0)),
-			}),
-			micro.WithEndpointPendingLimits(recoverPendingMsgs, recoverPendingBytes))
-		if err != nil {
-			_ = svc.Stop()
-		}
-	}
-	if err != nil {
+			},
+		})
+	if err := r.subscribe(); err != nil {
+		r.unsubscribe()
 		p.log.Error("recover service not started: agents cannot read their spills through this instance", "err", err)
 		return func() {}
 	}
-	r.svc = svc
 	// A server that refuses the subscriptions says so only asynchronously.
 	if ferr := nc.FlushTimeout(2 * time.Second); ferr == nil {
 		if le := nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) &&
 			(strings.Contains(le.Error(), p.subj.RecoverWildcard()) || strings.Contains(le.Error(), micro.APIPrefix)) {
-			p.log.Error("recover service: the server refused a subscription; grant the processor's identity subscribe on "+
-				p.subj.RecoverWildcard()+" and "+micro.APIPrefix+".> and allow_responses", "err", le)
+			p.log.Error("recover service: the server refused a subscription; grant the responder's identity subscribe on "+
+				p.subj.RecoverWildcard()+" and "+micro.APIPrefix+".>, and publish on the inbox prefixes "+strings.Join(r.prefixes, ", "), "err", le)
 		}
 	}
-	p.log.Info("recover service running", "subject", p.subj.RecoverWildcard(), "version", ServiceVersion())
+	for range serviceWorkers {
+		r.workers.Add(1)
+		go r.work()
+	}
+	p.log.Info("recover service running", "subject", p.subj.RecoverWildcard(), "version", ServiceVersion(), "reply_prefixes", r.prefixes)
 	ended := make(chan struct{})
 	var once sync.Once
 	stop = func() {
@@ -146,16 +148,141 @@ func (p *Processor) serveRecover(ctx, hard context.Context) (stop func()) {
 	return stop
 }
 
-// stop unsubscribes (requests still queued are answered 503) and waits for
-// the requests being answered.
-func (r *recoverService) stop() {
+// subscribe makes the endpoint's queue subscription and the discovery
+// subscriptions.
+func (r *recoverService) subscribe() error {
 	r.mu.Lock()
-	r.stopped = true
-	r.mu.Unlock()
-	if err := r.svc.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		r.log.Warn("recover service: stopping", "err", err)
+	defer r.mu.Unlock()
+	sub, err := r.nc.QueueSubscribe(r.subj.RecoverWildcard(), events.RecoverQueueGroup, r.receive)
+	if err != nil {
+		return fmt.Errorf("processor: subscribe to %s: %w", r.subj.RecoverWildcard(), err)
 	}
-	r.working.Wait()
+	_ = sub.SetPendingLimits(recoverPendingMsgs, recoverPendingBytes)
+	r.subs = append(r.subs, sub)
+	for _, subject := range r.disc.subjects() {
+		sub, err := r.nc.Subscribe(subject, r.discover)
+		if err != nil {
+			return fmt.Errorf("processor: subscribe to %s: %w", subject, err)
+		}
+		r.subs = append(r.subs, sub)
+	}
+	return nil
+}
+
+func (r *recoverService) unsubscribe() {
+	r.mu.Lock()
+	subs := r.subs
+	r.subs = nil
+	r.mu.Unlock()
+	for _, s := range subs {
+		if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			r.log.Warn("recover service: stopping", "subject", s.Subject, "err", err)
+		}
+	}
+}
+
+// stop unsubscribes, answers 503 to the requests still waiting, and waits
+// for those being answered.
+func (r *recoverService) stop() {
+	r.unsubscribe()
+	for _, req := range r.queue.close() {
+		r.send(req.msg, errorReply(req.msg.Reply, 503, "seamguard's recover service is stopping on this instance; ask again"))
+	}
+	r.workers.Wait()
+}
+
+// receive takes a request off the subscription: a reply subject outside
+// the inboxes is denied unanswered; the rest waits its session's turn, or
+// is answered 503 at once when the queue is full.
+func (r *recoverService) receive(m *nats.Msg) {
+	if !replyAllowed(m.Reply, r.prefixes) {
+		r.denied.deny(DeniedReply, m.Subject, m.Reply)
+		return
+	}
+	session, ok := r.subj.RecoverSession(m.Subject)
+	if !ok {
+		r.reply(m, time.Now(), nil, nil, refuse(400, "%q is not a recover subject: ask on %s with one of your session ids", events.Excerpt(m.Subject), r.subj.Recover("<session>")))
+		return
+	}
+	if why := r.queue.push(serviceRequest{msg: m, session: session, at: time.Now()}); why != "" {
+		r.denied.deny(DeniedOverload, m.Subject, m.Reply)
+		r.reply(m, time.Now(), nil, nil, refuse(503, "%s", why))
+	}
+}
+
+// discover answers a discovery request, to an inbox only.
+func (r *recoverService) discover(m *nats.Msg) {
+	if !replyAllowed(m.Reply, r.prefixes) {
+		r.denied.deny(DeniedReply, m.Subject, m.Reply)
+		return
+	}
+	body, err := r.disc.answer(m.Subject, &r.stats)
+	if err != nil {
+		r.log.Warn("recover service: encode a discovery answer", "err", err)
+		return
+	}
+	out := nats.NewMsg(m.Reply)
+	out.Data = body
+	r.send(m, out)
+}
+
+// work answers requests until the queue closes.
+func (r *recoverService) work() {
+	defer r.workers.Done()
+	for {
+		req, ok := r.queue.pop()
+		if !ok {
+			return
+		}
+		r.serve(req)
+		r.queue.done(req.session)
+	}
+}
+
+// serve answers one request.
+func (r *recoverService) serve(req serviceRequest) {
+	if waited := time.Since(req.at); waited > serviceMaxWait {
+		r.reply(req.msg, req.at, nil, nil, refuse(503, "the request waited %s for its turn on this instance; ask again", waited.Round(time.Millisecond)))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, recoverTimeout)
+	defer cancel()
+	hdr, body, err := r.answer(ctx, req.msg.Subject, req.msg.Data)
+	r.reply(req.msg, req.at, hdr, body, err)
+}
+
+// reply sends an answer, or the refusal err is, and counts it.
+func (r *recoverService) reply(m *nats.Msg, at time.Time, hdr nats.Header, body []byte, err error) {
+	var out *nats.Msg
+	errMsg := ""
+	if err != nil {
+		var re *recoverError
+		if !errors.As(err, &re) {
+			re = &recoverError{code: 500, msg: err.Error()}
+		}
+		out = errorReply(m.Reply, re.code, re.msg)
+		errMsg = strconv.Itoa(re.code) + ":" + re.msg
+	} else {
+		out = nats.NewMsg(m.Reply)
+		for k, v := range hdr {
+			out.Header[k] = v
+		}
+		out.Data = body
+	}
+	r.stats.add(time.Since(at), errMsg)
+	r.send(m, out)
+}
+
+// send publishes out, the answer to m, whose reply subject was checked.
+func (r *recoverService) send(m, out *nats.Msg) {
+	if !replyAllowed(out.Subject, r.prefixes) {
+		// Every path checks the reply subject before it gets here.
+		r.denied.deny(DeniedReply, m.Subject, out.Subject)
+		return
+	}
+	if err := r.nc.PublishMsg(out); err != nil {
+		r.log.Debug("recover service: reply not sent", "subject", m.Subject, "err", err)
+	}
 }
 
 // recoverError is a refusal, sent as micro's error headers.
@@ -168,38 +295,6 @@ func (e *recoverError) Error() string { return e.msg }
 
 func refuse(code int, format string, args ...any) error {
 	return &recoverError{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-// handle answers one request.
-func (r *recoverService) handle(req micro.Request) {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
-		_ = req.Error("503", "seamguard's recover service is stopping on this instance; ask again", nil)
-		return
-	}
-	r.working.Add(1)
-	r.mu.Unlock()
-	defer r.working.Done()
-
-	ctx, cancel := context.WithTimeout(r.ctx, recoverTimeout)
-	defer cancel()
-	hdr, body, err := r.answer(ctx, req.Subject(), req.Data())
-	if err != nil {
-		var re *recoverError
-		if !errors.As(err, &re) {
-			re = &recoverError{code: 500, msg: err.Error()}
-		}
-		// A header value holds one line.
-		msg := strings.NewReplacer("\r", " ", "\n", " ").Replace(re.msg)
-		if rerr := req.Error(strconv.Itoa(re.code), msg, nil); rerr != nil {
-			r.log.Debug("recover service: reply not sent", "subject", req.Subject(), "err", rerr)
-		}
-		return
-	}
-	if rerr := req.Respond(body, micro.WithHeaders(micro.Headers(hdr))); rerr != nil {
-		r.log.Debug("recover service: reply not sent", "subject", req.Subject(), "err", rerr)
-	}
 }
 
 // answer decides one request: the reply's headers and body, or a
@@ -362,6 +457,9 @@ func (r *recoverService) read(ctx context.Context, info *jetstream.ObjectInfo, r
 		return nil, "", err
 	}
 	subject := "$O." + info.Bucket + ".C." + info.NUID
+	if idx, ok := spill.ChunkIndexOf(info); ok && info.Opts != nil && info.Opts.ChunkSize > 0 {
+		return r.readIndexed(ctx, str, info, idx, rq, at, given, subject)
+	}
 	// Each pass reads one chunk at a higher sequence, at most the
 	// object's chunk count of them.
 	for reads := uint32(0); ; reads++ {
@@ -399,6 +497,52 @@ func (r *recoverService) read(ctx context.Context, info *jetstream.ObjectInfo, r
 		}
 		return m.Data[skip:end], next.String(), nil
 	}
+}
+
+// readIndexed is read for a spill whose writer recorded where its chunks
+// are (spill.ChunkIndex): the chunk holding rq.Offset is read by its
+// sequence, one read whatever the offset. A cursor, when given, must be
+// one this service gave for the spill: the start and sequence of a chunk.
+func (r *recoverService) readIndexed(ctx context.Context, str jetstream.Stream, info *jetstream.ObjectInfo, idx spill.ChunkIndex, rq events.RecoverRequest, at cursor, given bool, subject string) ([]byte, string, error) {
+	size := uint64(info.Opts.ChunkSize)
+	k := rq.Offset / size
+	if given {
+		if want, ok := idx.Seq(uint32(at.start / size)); !ok || at.start%size != 0 || want != at.seq {
+			return nil, "", refuse(400, "the cursor does not point at a chunk of %s: send back the %s header as it came, or no cursor", info.Name, events.HeaderCursor)
+		}
+		if at.start+size <= rq.Offset {
+			return nil, "", refuse(400, "the cursor points at a chunk that ends before offset %d: send the offset the cursor came with", rq.Offset)
+		}
+	}
+	seq, ok := idx.Seq(uint32(k))
+	if k > uint64(^uint32(0)) || !ok {
+		return nil, "", refuse(500, "%s is damaged: its %d chunks end before its %d bytes", info.Name, info.Chunks, info.Size)
+	}
+	m, err := str.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, "", refuse(503, "chunk %d of %s is not in bucket %s at sequence %d (written again meanwhile, or a replica behind its leader): ask again", k, info.Name, info.Bucket, seq)
+	case err != nil:
+		return nil, "", jetstreamFailure("read a chunk of "+info.Name, err)
+	case m.Subject != subject:
+		return nil, "", refuse(503, "sequence %d of bucket %s is not chunk %d of %s (written again meanwhile?): ask again", seq, info.Bucket, k, info.Name)
+	}
+	start := k * size
+	n := uint64(len(m.Data))
+	if n == 0 || (n != size && start+n != info.Size) || start+n > info.Size {
+		return nil, "", refuse(500, "%s is damaged: chunk %d has %d bytes, in an object of %d bytes in chunks of %d", info.Name, k, n, info.Size, size)
+	}
+	skip := rq.Offset - start
+	end := min(n, skip+uint64(r.chunkLimit(rq.Max)))
+	if start+end == info.Size {
+		return m.Data[skip:end], "", nil
+	}
+	next := cursor{nuid: info.NUID, seq: seq, start: start}
+	if end == n {
+		nseq, _ := idx.Seq(uint32(k + 1))
+		next = cursor{nuid: info.NUID, seq: nseq, start: start + n}
+	}
+	return m.Data[skip:end], next.String(), nil
 }
 
 // chunkStream returns the bucket's stream, opening it on first use.

@@ -199,7 +199,7 @@ func TestRecoverService(t *testing.T) {
 		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Max: -1}), 400)
 		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Offset: h.Size + 1}), 400, "past the end")
 		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Offset: 10, Cursor: "garbage"}), 400, "cursor")
-		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Offset: 10, Cursor: nuid + ".999999.10"}), 400, "past the chunks")
+		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Offset: 10, Cursor: nuid + ".999999.10"}), 400, "does not point at a chunk")
 		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Offset: 5, Cursor: nuid + "." + seq + ".100"}), 400, "after offset 5")
 		refusedWith(t, do(events.RecoverRequest{Op: "read", Name: h.Name, Offset: 10, Cursor: "AnotherVersionOfTheSpil.1.0"}), 409, "written again")
 	})

@@ -35,6 +35,10 @@ type Processor struct {
 	now    func() time.Time
 	status func() nats.Status
 	obs    Observer
+	// responder is the connection the services answer on (WithResponder);
+	// nil: the one js uses.
+	responder *nats.Conn
+	denied    denials // requests the services would not answer
 
 	mu    sync.Mutex
 	abort context.CancelFunc
@@ -56,6 +60,16 @@ func WithLogger(l *slog.Logger) Option { return func(p *Processor) { p.log = l }
 
 // WithClock sets the clock that stamps verdict times; the default is time.Now.
 func WithClock(now func() time.Time) Option { return func(p *Processor) { p.now = now } }
+
+// WithResponder sets the connection the processor's services (the recover
+// service) receive requests on and answer from. Its identity should be
+// allowed to subscribe to the service subjects and to publish to the
+// inbox prefixes of Config.ReplyPrefixes, and nothing else: the services
+// never answer elsewhere, and such an identity makes sure a slip in them
+// cannot either. The default is the connection of the JetStream context
+// New is given. The caller keeps the connection open while Run runs, and
+// closes it.
+func WithResponder(nc *nats.Conn) Option { return func(p *Processor) { p.responder = nc } }
 
 // New validates cfg, provisions the streams, bucket and object store, and
 // returns a Processor ready to Run.
@@ -95,6 +109,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	for _, o := range opts {
 		o(p)
 	}
+	p.denied.log, p.denied.obs = p.log, p.obs
 	p.enc = events.Encoder{Source: cfg.Source, Subjects: p.subj, Now: p.now}
 	p.lcfg = ledger.Config{Policy: cfg.Policy, Limits: stateLimits(cfg.Limits, res, js.Conn().MaxPayload(), p.log)}
 	p.store = &spill.Store{
@@ -351,13 +366,17 @@ type Stats struct {
 	// ahead failed).
 	ReadAhead   uint64
 	ReadInBatch uint64
+	// ServiceDenied counts the requests to the processor's services that
+	// were not served: a reply subject outside the inbox prefixes (no
+	// answer) or a full queue (answered 503).
+	ServiceDenied uint64
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
 	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
 		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load()),
-		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load()}
+		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load(), ServiceDenied: p.denied.total.Load()}
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither

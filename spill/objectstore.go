@@ -325,6 +325,9 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 	var h events.SpillHandle
 	if err == nil {
 		info.Size, info.Chunks, info.Digest = ow.total, ow.chunks, ow.digest()
+		if idx := ow.seqs.String(); idx != "" {
+			info.Metadata[metaChunkSeqs] = idx
+		}
 		h = events.SpillHandle{
 			Bucket: s.Bucket, Name: req.Name, Digest: info.Digest, Size: info.Size,
 			Range: req.Range, Events: w.Events(), FirstSeq: req.FirstSeq, LastSeq: req.LastSeq,

@@ -61,7 +61,8 @@ type objectWriter struct {
 	total   uint64
 	chunks  uint32
 	flight  []inFlight
-	lastSeq uint64 // the stream sequence of the last chunk acknowledged
+	lastSeq uint64  // the stream sequence of the last chunk acknowledged
+	seqs    seqRuns // every acknowledged chunk's sequence (chunks.go)
 }
 
 // errChunkOrder means a chunk was stored before one sent ahead of it: the
@@ -224,6 +225,7 @@ func (o *objectWriter) settle() error {
 			return fmt.Errorf("spill: chunk stored in %s at sequence %d, not after the chunk before it (%d): %w", o.stream, ack.Sequence, o.lastSeq, errChunkOrder)
 		}
 		o.lastSeq = ack.Sequence
+		o.seqs.add(ack.Sequence)
 	case err := <-c.f.Err():
 		// Answered: abandon must not wait for it again.
 		o.flight = append(o.flight[:0], o.flight[1:]...)
