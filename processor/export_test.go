@@ -8,3 +8,11 @@ func IdleAfterEveryBatch() (restore func()) {
 	idleAll = true
 	return func() { idleAll = false }
 }
+
+// AnswerAnyReply turns the services' reply subject check off, as a build
+// without it would be, so that a test can show what the check stops. It
+// returns the function that turns it on again.
+func AnswerAnyReply() (restore func()) {
+	answerAnyReply.Store(true)
+	return func() { answerAnyReply.Store(false) }
+}

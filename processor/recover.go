@@ -30,12 +30,12 @@ import (
 // the offset).
 const recoverTimeout = 5 * time.Second
 
-// The requests one instance queues before NATS drops the newest (the
-// requester then times out and asks again, perhaps another instance). An
-// endpoint answers its requests one at a time.
+// What the responder's subscription buffers before NATS drops the newest
+// (the requester then times out): enough for a flood of small requests to
+// reach the fair queue, which answers the surplus 503 at once (service.go).
 const (
-	recoverPendingMsgs  = 256
-	recoverPendingBytes = 8 << 20
+	recoverPendingMsgs  = 1 << 16
+	recoverPendingBytes = 64 << 20
 )
 
 // recoverHeaderRoom is what a read reply keeps of the server's max_payload
