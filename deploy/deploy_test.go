@@ -35,6 +35,7 @@ const root = ".."
 const (
 	agentPassword     = "agent-test-pw"
 	processorPassword = "processor-test-pw"
+	responderPassword = "responder-test-pw"
 	operatorPassword  = "operator-test-pw"
 )
 
@@ -42,6 +43,7 @@ const (
 func setPasswords(t *testing.T) {
 	t.Setenv("NATS_AGENT_PASSWORD", agentPassword)
 	t.Setenv("NATS_PROCESSOR_PASSWORD", processorPassword)
+	t.Setenv("NATS_RESPONDER_PASSWORD", responderPassword)
 	t.Setenv("NATS_OPERATOR_PASSWORD", operatorPassword)
 }
 
@@ -194,6 +196,7 @@ func clusterEnv(name string, routes ...string) map[string]string {
 		"NATS_ROUTES":             "[" + strings.Join(routes, ", ") + "]",
 		"NATS_AGENT_PASSWORD":     agentPassword,
 		"NATS_PROCESSOR_PASSWORD": processorPassword,
+		"NATS_RESPONDER_PASSWORD": responderPassword,
 		"NATS_OPERATOR_PASSWORD":  operatorPassword,
 	}
 }
@@ -259,6 +262,7 @@ func TestNATSConfigs(t *testing.T) {
 		t.Setenv("SERVER_NAME", "nats-1")
 		t.Setenv("NATS_ROUTES", "[nats-route://nats-2:6222]")
 		t.Setenv("NATS_PROCESSOR_PASSWORD", processorPassword)
+		t.Setenv("NATS_RESPONDER_PASSWORD", responderPassword)
 		t.Setenv("NATS_OPERATOR_PASSWORD", operatorPassword)
 		t.Setenv("NATS_AGENT_PASSWORD", "") // restored after the test
 		os.Unsetenv("NATS_AGENT_PASSWORD")
@@ -272,9 +276,9 @@ func TestNATSConfigs(t *testing.T) {
 func checkAccounts(t *testing.T, opts *server.Options) {
 	t.Helper()
 	us := users(opts)
-	want := map[string]string{"agent": agentPassword, "processor": processorPassword, "operator": operatorPassword}
+	want := map[string]string{"agent": agentPassword, "processor": processorPassword, "responder": responderPassword, "operator": operatorPassword}
 	if len(us) != len(want) {
-		t.Errorf("users %v, want exactly agent, processor and operator", slices.Sorted(maps.Keys(us)))
+		t.Errorf("users %v, want exactly agent, processor, responder and operator", slices.Sorted(maps.Keys(us)))
 	}
 	for name, pw := range want {
 		u := us[name]
@@ -407,7 +411,7 @@ func TestCompose(t *testing.T) {
 	libMinor := serverLibraryMinor(t)
 
 	var clientPort, httpPort int
-	var processorPW string
+	var processorPW, responderPW string
 	names := map[string]bool{}
 	for _, name := range nats {
 		svc := c.Services[name]
@@ -505,8 +509,9 @@ func TestCompose(t *testing.T) {
 			clientPort, httpPort = opts.Port, opts.HTTPPort
 			if processorPW == "" {
 				processorPW = env["NATS_PROCESSOR_PASSWORD"]
+				responderPW = env["NATS_RESPONDER_PASSWORD"]
 			}
-			for _, u := range []string{"agent", "processor", "operator"} {
+			for _, u := range []string{"agent", "processor", "responder", "operator"} {
 				if users(opts)[u] == nil {
 					t.Errorf("no user %s", u)
 				}
@@ -541,6 +546,9 @@ func TestCompose(t *testing.T) {
 			}
 			if env["SEAMGUARD_USER"] != "processor" || env["SEAMGUARD_PASSWORD"] != processorPW {
 				t.Errorf("seamguard connects as %q with %q; want processor with the servers' NATS_PROCESSOR_PASSWORD", env["SEAMGUARD_USER"], env["SEAMGUARD_PASSWORD"])
+			}
+			if env["SEAMGUARD_RESPONDER_USER"] != "responder" || env["SEAMGUARD_RESPONDER_PASSWORD"] != responderPW {
+				t.Errorf("seamguard's recover service answers as %q with %q; want responder with the servers' NATS_RESPONDER_PASSWORD", env["SEAMGUARD_RESPONDER_USER"], env["SEAMGUARD_RESPONDER_PASSWORD"])
 			}
 			if r, _ := strconv.Atoi(env["SEAMGUARD_REPLICAS"]); r != 3 || r > len(nats) {
 				t.Errorf("SEAMGUARD_REPLICAS %q; want 3 on the 3 servers", env["SEAMGUARD_REPLICAS"])
@@ -978,7 +986,7 @@ func TestHelmValues(t *testing.T) {
 
 	// the passwords come from the Secret of deploy/kubernetes
 	objs := k8sObjects(t)
-	for _, name := range []string{"NATS_AGENT_PASSWORD", "NATS_PROCESSOR_PASSWORD", "NATS_OPERATOR_PASSWORD"} {
+	for _, name := range []string{"NATS_AGENT_PASSWORD", "NATS_PROCESSOR_PASSWORD", "NATS_RESPONDER_PASSWORD", "NATS_OPERATOR_PASSWORD"} {
 		ref := dig(v, "container", "env", name, "valueFrom", "secretKeyRef")
 		sname, key := fmt.Sprint(dig(ref, "name")), fmt.Sprint(dig(ref, "key"))
 		s := objs["Secret/"+sname]

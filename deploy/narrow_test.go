@@ -25,7 +25,8 @@ import (
 // session:<id> for each session it may run, and the server expands the
 // template per connection: the agent may publish on those sessions'
 // events subjects and hear their verdicts, nothing else, and its replies
-// come to an inbox of its own name. The user JWT cannot widen that: a user
+// come to an inbox of its own name, _INBOX.<name> (inside NATS's default
+// inbox prefix, where the recover service answers). The user JWT cannot widen that: a user
 // signed by a scoped key carries no permissions of its own.
 
 // agentScope is the agent role of a tenant's account: the permission
@@ -41,7 +42,7 @@ func agentScope(t *testing.T) (*jwt.UserScope, nkeys.KeyPair) {
 	s.Key, s.Role = pub, "agent"
 	s.Description = "seamguard agent: the sessions of its session tags"
 	s.Template.Pub.Allow.Add("seamguard.events.{{tag(session)}}", "seamguard.recover.{{tag(session)}}")
-	s.Template.Sub.Allow.Add("seamguard.verdicts.{{tag(session)}}.>", "_INBOX_{{name()}}.>")
+	s.Template.Sub.Allow.Add("seamguard.verdicts.{{tag(session)}}.>", "_INBOX.{{name()}}.>")
 	return s, kp
 }
 
@@ -109,6 +110,25 @@ func startJWTTenant(t *testing.T) *jwtTenant {
 	return &jwtTenant{srv: startServer(t, opts), account: akp, agentKey: agentKey, accPub: apub}
 }
 
+// responder returns the credentials of the identity serve's recover
+// service answers as: subscribe to the requests, publish to inboxes,
+// nothing else (RESPONDER_PERMISSIONS of deploy/nats as user claims).
+func (jt *jwtTenant) responder(t *testing.T) nats.Option {
+	t.Helper()
+	ukp, _ := nkeys.CreateUser()
+	upub, _ := ukp.PublicKey()
+	uc := jwt.NewUserClaims(upub)
+	uc.Name = "responder"
+	uc.Pub.Allow.Add("_INBOX.>", "_INBOX_operator.>")
+	uc.Sub.Allow.Add("seamguard.recover.>", "$SRV.>")
+	tok, err := uc.Encode(jt.account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := ukp.Seed()
+	return nats.UserJWTAndSeed(tok, string(seed))
+}
+
 // user returns connection options for a new user named name, signed by
 // signer (the account's key, or a scoped signing key), with tags.
 func (jt *jwtTenant) user(t *testing.T, name string, signer nkeys.KeyPair, tags ...string) nats.Option {
@@ -165,9 +185,10 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 	if err := newJS(t, proc); err != nil {
 		t.Fatal(err)
 	}
-	runProcessor(t, proc, processor.Config{SpillVerify: true})
+	resp := jt.connect(t, "responder", jt.responder(t), "")
+	runProcessor(t, proc, processor.Config{SpillVerify: true}, processor.WithResponder(resp.nc))
 
-	agent := jt.connect(t, "agent-7", jt.user(t, "agent-7", jt.agentKey, "session:s-1", "session:s-2"), "_INBOX_agent-7")
+	agent := jt.connect(t, "agent-7", jt.user(t, "agent-7", jt.agentKey, "session:s-1", "session:s-2"), "_INBOX.agent-7")
 	if err := newJS(t, agent); err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +239,8 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 		_, err := agent.nc.SubscribeSync("seamguard.verdicts.>")
 		return err
 	})
-	agent.denied(t, "read another agent's inbox", "_INBOX_agent-8.>", false, func(ctx context.Context) error {
-		_, err := agent.nc.SubscribeSync("_INBOX_agent-8.>")
+	agent.denied(t, "read another agent's inbox", "_INBOX.agent-8.>", false, func(ctx context.Context) error {
+		_, err := agent.nc.SubscribeSync("_INBOX.agent-8.>")
 		return err
 	})
 	agent.denied(t, "lift a halt", "seamguard.control.s-1", false, func(ctx context.Context) error {
@@ -227,7 +248,7 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 	})
 
 	// A second agent, s-3's, runs its own session untouched.
-	other := jt.connect(t, "agent-8", jt.user(t, "agent-8", jt.agentKey, "session:s-3"), "_INBOX_agent-8")
+	other := jt.connect(t, "agent-8", jt.user(t, "agent-8", jt.agentKey, "session:s-3"), "_INBOX.agent-8")
 	other.allowed(t, "run its own session", func(ctx context.Context) error {
 		c, err := sgclient.New(other.nc, sgclient.Config{Source: "urn:agent:agent-8"})
 		if err != nil {

@@ -258,6 +258,7 @@ func TestPermissions(t *testing.T) {
 func testPermissions(t *testing.T, featureFlags ...string) {
 	s := startStandalone(t, featureFlags...)
 	proc := connect(t, s, "processor", processorPassword)
+	resp := connect(t, s, "responder", responderPassword)
 	agent := connect(t, s, "agent", agentPassword)
 	op := connect(t, s, "operator", operatorPassword)
 
@@ -484,22 +485,27 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 	})
 
 	t.Run("recover service", func(t *testing.T) {
-		// As the processor's recover service does: a queue subscription on
-		// every session's recover subject, micro's discovery subjects, and
-		// a reply to each request (allow_responses).
-		proc.allowed(t, "serve recover requests in the queue group", func(ctx context.Context) error {
-			_, err := proc.nc.QueueSubscribe("seamguard.recover.*", "seamguard", func(m *nats.Msg) {
+		// As the processor's recover service does, on serve's responder
+		// connection: a queue subscription on every session's recover
+		// subject, micro's discovery subjects, and a reply to each request
+		// (to the requester's inbox, which the responder may publish to).
+		proc.denied(t, "serve recover requests (that is the responder's)", "seamguard.recover.*", false, func(ctx context.Context) error {
+			_, err := proc.nc.QueueSubscribe("seamguard.recover.*", "seamguard", func(*nats.Msg) {})
+			return err
+		})
+		resp.allowed(t, "serve recover requests in the queue group", func(ctx context.Context) error {
+			_, err := resp.nc.QueueSubscribe("seamguard.recover.*", "seamguard", func(m *nats.Msg) {
 				_ = m.Respond([]byte("answer to " + m.Subject))
 			})
 			return err
 		})
-		proc.allowed(t, "answer micro's discovery", func(ctx context.Context) error {
-			_, err := proc.nc.Subscribe("$SRV.>", func(m *nats.Msg) {
+		resp.allowed(t, "answer micro's discovery", func(ctx context.Context) error {
+			_, err := resp.nc.Subscribe("$SRV.>", func(m *nats.Msg) {
 				_ = m.Respond([]byte(`{"name":"seamguard","type":"io.nats.micro.v1.ping_response"}`))
 			})
 			return err
 		})
-		proc.allowed(t, "answer an agent's request", func(ctx context.Context) error {
+		resp.allowed(t, "answer an agent's request", func(ctx context.Context) error {
 			agent.allowed(t, "request a spill from the recover service", func(ctx context.Context) error {
 				m, err := agent.nc.RequestWithContext(ctx, "seamguard.recover.s1", []byte(`{"name":"s1/1.jsonl"}`))
 				if err == nil && string(m.Data) != "answer to seamguard.recover.s1" {
@@ -509,7 +515,7 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			})
 			return nil
 		})
-		proc.allowed(t, "answer an operator's discovery", func(ctx context.Context) error {
+		resp.allowed(t, "answer an operator's discovery", func(ctx context.Context) error {
 			op.allowed(t, "find the services (nats micro ls)", func(ctx context.Context) error {
 				_, err := op.nc.RequestWithContext(ctx, "$SRV.PING", nil)
 				return err
@@ -873,8 +879,9 @@ func TestProcessorEndToEnd(t *testing.T) {
 	proc := connect(t, s, "processor", processorPassword)
 	agent := connect(t, s, "agent", agentPassword)
 	op := connect(t, s, "operator", operatorPassword)
+	resp := connect(t, s, "responder", responderPassword)
 
-	stop := runProcessor(t, proc, processor.Config{SpillVerify: true})
+	stop := runProcessor(t, proc, processor.Config{SpillVerify: true}, processor.WithResponder(resp.nc))
 
 	story := readLines(t, filepath.Join(root, "testdata", "stories", "seed-story.jsonl"))
 	golden := readLines(t, filepath.Join(root, "testdata", "stories", "golden", "seed-story.out.jsonl"))
@@ -1385,12 +1392,12 @@ func TestBcryptPassword(t *testing.T) {
 
 // runProcessor starts a processor as c (which must succeed without a
 // permissions violation) and runs it until stop, or the end of the test.
-func runProcessor(t *testing.T, c *client, cfg processor.Config) (stop func() error) {
+func runProcessor(t *testing.T, c *client, cfg processor.Config, opts ...processor.Option) (stop func() error) {
 	t.Helper()
 	var p *processor.Processor
 	c.allowed(t, "start the processor", func(ctx context.Context) error {
 		var err error
-		p, err = processor.New(ctx, c.js, cfg)
+		p, err = processor.New(ctx, c.js, cfg, opts...)
 		return err
 	})
 	if p == nil {

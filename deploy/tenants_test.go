@@ -31,7 +31,7 @@ func tenantPassword(tenant, role string) string { return tenant + "-" + role + "
 func startTenants(t *testing.T) *server.Server {
 	t.Helper()
 	for _, ten := range tenantNames {
-		for _, role := range []string{"agent", "processor", "operator"} {
+		for _, role := range []string{"agent", "processor", "responder", "operator"} {
 			t.Setenv(strings.ToUpper(ten+"_"+role)+"_PASSWORD", tenantPassword(ten, role))
 		}
 	}
@@ -67,7 +67,8 @@ func TestTenants(t *testing.T) {
 		ten.proc = connectWith(t, s, name+"-processor", tenantPassword(name, "processor"), "_INBOX_processor")
 		ten.agent = connectWith(t, s, name+"-agent", tenantPassword(name, "agent"), "")
 		ten.operator = connectWith(t, s, name+"-operator", tenantPassword(name, "operator"), "_INBOX_operator")
-		runProcessor(t, ten.proc, processor.Config{SpillVerify: true, Source: "urn:seamguard:processor:" + name})
+		resp := connectWith(t, s, name+"-responder", tenantPassword(name, "responder"), "")
+		runProcessor(t, ten.proc, processor.Config{SpillVerify: true, Source: "urn:seamguard:processor:" + name}, processor.WithResponder(resp.nc))
 		ten.agent.allowed(t, "subscribe to every verdict", func(ctx context.Context) error {
 			var err error
 			ten.verdicts, err = ten.agent.nc.SubscribeSync("seamguard.verdicts.>")

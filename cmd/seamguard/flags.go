@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -362,4 +363,72 @@ func formatSize(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// responderFlags are the credentials of serve's second connection, the one
+// the recover service answers on (processor.WithResponder): an identity
+// that may publish to reply inboxes and nothing else (the shipped
+// configuration's responder), so that no request can make the processor
+// publish where its requester could not. Server, TLS and timeout are the
+// processor connection's.
+type responderFlags struct {
+	creds, nkey, user, password string
+}
+
+func (r *responderFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.creds, "responder-creds", "", "credentials file of the identity the recover service answers as (it may publish only to reply inboxes); without any --responder-* flag, the processor's own connection answers")
+	fs.StringVar(&r.nkey, "responder-nkey", "", "NKey seed file of the identity the recover service answers as")
+	fs.StringVar(&r.user, "responder-user", "", "NATS user the recover service answers as, e.g. responder in deploy/nats")
+	fs.StringVar(&r.password, "responder-password", "", "password of --responder-user; prefer the environment variable "+envName("responder-password"))
+}
+
+// set reports whether any responder credential is given.
+func (r *responderFlags) set() bool {
+	return r.creds != "" || r.nkey != "" || r.user != ""
+}
+
+// validate checks the responder flags as connFlags.validate checks the
+// processor's own.
+func (r *responderFlags) validate(base connFlags) error {
+	if r.password != "" && r.user == "" {
+		return fmt.Errorf("%w: --responder-password needs --responder-user", errUsage)
+	}
+	if !r.set() {
+		return nil
+	}
+	c := r.conn(base)
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%w (the --responder-* flags)", err)
+	}
+	if base.url == "" {
+		return fmt.Errorf("%w: --responder-* flags need --nats-url: the embedded server has no users", errUsage)
+	}
+	return nil
+}
+
+// conn is base with the responder's credentials in place of its own.
+func (r *responderFlags) conn(base connFlags) connFlags {
+	c := base
+	c.creds, c.nkey, c.user, c.password = r.creds, r.nkey, r.user, r.password
+	c.inbox = ""
+	return c
+}
+
+// connect opens the responder's connection to url. Its refusals and
+// errors are logged; call the returned denials' silence before log's
+// writer goes away.
+func (r *responderFlags) connect(base connFlags, url string, grants []grant, log *slog.Logger) (*nats.Conn, *denials, error) {
+	c := r.conn(base)
+	rd := &denials{grants: grants, prefer: "responder", other: func(err error) { log.Warn("NATS reported an error on the recover service's connection", "err", err) }}
+	rd.report = func(v denial) {
+		if rd.first(v) {
+			log.Error("NATS refused a permission to the recover service's connection", "refusal", rd.describe(v))
+		}
+	}
+	nc, err := c.connect("seamguard serve responder", url, rd, nats.ReconnectBufSize(-1),
+		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2))
+	if err != nil {
+		return nil, rd, fmt.Errorf("the recover service's connection (--responder-*): %w", err)
+	}
+	return nc, rd, nil
 }

@@ -26,9 +26,10 @@ import (
 
 // procFlags are the processor settings shared by serve and demo.
 type procFlags struct {
-	cfg    processor.Config
-	policy string
-	limits limitFlags
+	cfg     processor.Config
+	policy  string
+	limits  limitFlags
+	replyTo string // --reply-prefixes
 }
 
 // limitFlags are a session ledger's limits: serve decides with them, and
@@ -86,6 +87,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.Var(durations(&p.cfg.SweepEvery, processor.DefaultSweepEvery, time.Second, 24*time.Hour).orNegative(meansNever), "sweep-every", "how often the spill bucket is swept for orphaned chunks (of spills cut short by a crash)")
 	fs.Var(durations(&p.cfg.SweepMinAge, processor.DefaultSweepMinAge, 2*time.Second, 24*time.Hour), "sweep-min-age", "how old unnamed chunks must be before a sweep purges them")
 	fs.Var(ints(&p.cfg.MaxSessions, processor.DefaultMaxSessions, 1, 100_000_000), "max-sessions", "sessions kept in memory; past it the least used leave memory and are read from the bucket when next used")
+	fs.StringVar(&p.replyTo, "reply-prefixes", strings.Join(processor.DefaultReplyPrefixes, ","), "inbox prefixes, comma-separated, that the recover service answers to; a request naming any other reply subject gets no answer")
 }
 
 // maxRetention bounds the retention flags: ten years.
@@ -96,6 +98,12 @@ func (p *procFlags) config() (processor.Config, error) {
 	var err error
 	if c.Limits, err = p.limits.limits(); err != nil {
 		return c, err
+	}
+	c.ReplyPrefixes = nil
+	for _, r := range strings.Split(p.replyTo, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			c.ReplyPrefixes = append(c.ReplyPrefixes, r)
+		}
 	}
 	switch p.policy {
 	case "spill":
@@ -162,6 +170,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	conn.register(fs, "NATS server or cluster to use, e.g. nats://a:4222,nats://b:4222 (default: start an embedded server)")
 	var pf procFlags
 	pf.register(fs)
+	var resp responderFlags
+	resp.register(fs)
 	dataDir := fs.String("data-dir", "seamguard-data", "where the embedded server stores JetStream data")
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
 	syncFlag := fs.String("sync-interval", "always", "how the embedded server syncs: always (fsync every write before acknowledging it, so that nothing acknowledged is lost to a power cut) or an interval such as 2m (faster; a power cut loses what was acknowledged since the last sync)")
@@ -191,6 +201,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return err
 	}
 	if err := conn.validate(); err != nil {
+		return err
+	}
+	if err := resp.validate(conn); err != nil {
 		return err
 	}
 	cfg, err := pf.config()
@@ -279,6 +292,15 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	cfg.SyncAlways = durable.Durable()
 	opts := []processor.Option{processor.WithLogger(log)}
+	if resp.set() {
+		rnc, rd, err := resp.connect(conn, url, denied.grants, log)
+		defer rd.silence()
+		if err != nil {
+			return err
+		}
+		defer rnc.Close()
+		opts = append(opts, processor.WithResponder(rnc))
+	}
 	var rec *metrics.Recorder
 	if *healthListen != "" {
 		rec = metrics.New()
