@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,4 +270,77 @@ func TestRecoverFloodDelaysOnlyItself(t *testing.T) {
 		alone, under, flood, ratio, ok, busy, r.p.Stats().ServiceDenied)
 	assert.Positive(t, busy, "a flood beyond the queue is answered 503")
 	assert.Less(t, under, 2*time.Second, "the quiet session waited on the flood")
+}
+
+// bigSpill plays a session whose turns carry 100 KiB each (6 MiB in all),
+// truncates its first turns and asks for a compaction, and returns the
+// handle of the spill it writes: an object of many chunks.
+func (e *env) bigSpill(t *testing.T, cfg processor.Config, session string) events.SpillHandle {
+	t.Helper()
+	subj := cfg.Subjects()
+	content := strings.Repeat("x", 100<<10)
+	line := func(i int, typ, data string) []byte {
+		return []byte(fmt.Sprintf(`{"specversion":"1.0","id":"%s-%04d","source":"urn:agent:big","type":"io.seamguard.%s","subject":"%s","datacontenttype":"application/json","data":%s}`,
+			session, i, typ, session, data))
+	}
+	var msgs []*nats.Msg
+	msgs = append(msgs, binaryMsg(t, subj, line(0, "session.opened", `{"unit":"turns","recovery_floor":{"span":4,"unit":"turns"}}`)))
+	const turns = 60
+	for i := range turns {
+		msgs = append(msgs, binaryMsg(t, subj, line(i+1, "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"content":%q}`, i, content))))
+	}
+	msgs = append(msgs, binaryMsg(t, subj, line(turns+1, "context.truncated", `{"range":{"start":0,"end":8},"stage":"budget"}`)))
+	msgs = append(msgs, binaryMsg(t, subj, line(turns+2, "compaction.requested",
+		fmt.Sprintf(`{"request_id":"c1","summarizer_input":{"start":8,"end":%d},"summary_range":{"start":8,"end":%d},"tail_start":%d}`, turns, turns-10, turns-10))))
+	e.publishOrdered(t, msgs)
+	e.waitIdle(t, cfg, time.Minute)
+	for _, v := range e.verdicts(t, cfg) {
+		if d, ok := v.v.Data.(*events.SpillHandle); ok && strings.HasPrefix(d.Name, session+"/") {
+			return *d
+		}
+	}
+	t.Fatal("no spill written")
+	return events.SpillHandle{}
+}
+
+// TestRecoverReadCostsOneChunk: a read near the end of a spill of many
+// chunks makes the processor read one chunk, not every chunk before it.
+// Measured as the bytes the processor's connection receives while it
+// answers; with the spill's chunk index removed from its info (as a
+// spill written without one), the same read costs the whole spill.
+func TestRecoverReadCostsOneChunk(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	e.start(t, cfg)
+	h := e.bigSpill(t, cfg, "big-agent")
+	obs, err := e.JS.ObjectStore(e.ctx, cfg.Names().Spills)
+	require.NoError(t, err)
+	info, err := obs.GetInfo(e.ctx, h.Name)
+	require.NoError(t, err)
+	require.Greater(t, info.Chunks, uint32(8), "the spill must have many chunks")
+	chunk := uint64(info.Opts.ChunkSize)
+
+	agent, err := nats.Connect(e.Server.ClientURL())
+	require.NoError(t, err)
+	defer agent.Close()
+	readEnd := func() uint64 {
+		t.Helper()
+		before := e.NC.Stats().InBytes
+		m := ask(t, agent, cfg.Subjects().Recover("big-agent"), events.RecoverRequest{Op: events.RecoverOpRead, Name: h.Name, Offset: h.Size - 100})
+		require.Empty(t, m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader))
+		require.Len(t, m.Data, 100)
+		return e.NC.Stats().InBytes - before
+	}
+	indexed := readEnd()
+	t.Logf("a read of 100 bytes at the end of a %d-byte spill in %d chunks of %d: %d bytes read with the index", h.Size, info.Chunks, chunk, indexed)
+	assert.Less(t, indexed, 2*chunk, "the read cost more than one chunk")
+
+	// Without the index, the service reads from the first chunk.
+	meta := info.ObjectMeta
+	meta.Metadata = maps.Clone(meta.Metadata)
+	delete(meta.Metadata, "seamguard-chunk-seqs")
+	require.NoError(t, obs.UpdateMeta(e.ctx, h.Name, meta))
+	scanned := readEnd()
+	t.Logf("without it: %d bytes read (%.1fx)", scanned, float64(scanned)/float64(indexed))
+	assert.Greater(t, scanned, h.Size/2, "the control read no more without the index")
 }
