@@ -138,7 +138,7 @@ func TestRead(t *testing.T) {
 			{7, 8, nil}, // deleted
 			{1, last, []string{name + ".1.*"}},
 			{3, 300, []string{name + ".*.s2"}},
-			{1, last, []string{name + ".0.>", name + ".*.s4"}},   // overlapping: each message once
+			{1, last, []string{name + ".0.>", name + ".*.s4"}},  // overlapping: each message once
 			{1, last, []string{name + ".2.s1", name + ".2.s1"}}, // the same filter twice
 			{1, last, []string{name + ".9.*"}},                  // none
 			{last + 1, last + 10, nil},
