@@ -15,8 +15,8 @@ import (
 
 // Defaults of Reader.
 const (
-	DefaultBatch    = 256
-	DefaultMaxBytes = 1 << 20
+	DefaultBatch    = 1024
+	DefaultMaxBytes = 4 << 20
 	DefaultWindow   = 256
 	DefaultTimeout  = 10 * time.Second
 	DefaultPoll     = time.Second
@@ -48,8 +48,8 @@ type Reader struct {
 	// sets it; an identity without STREAM.MSG.GET on the stream leaves it
 	// unset and checks what it read itself.
 	Confirm bool
-	// Batch is the most messages one direct get answers (default 256);
-	// MaxBytes the bytes after which its answer stops (default 1 MiB, and
+	// Batch is the most messages one direct get answers (default 1024);
+	// MaxBytes the bytes after which its answer stops (default 4 MiB, and
 	// at least one message is always sent).
 	Batch, MaxBytes int
 	// Window is how many STREAM.MSG.GET requests for consecutive sequences
@@ -213,6 +213,13 @@ func (ib *inbox) request(subject string, body []byte) (string, error) {
 
 // next returns the next answer and its token, waiting at most d.
 func (ib *inbox) next(ctx context.Context, d time.Duration, stream string) (*nats.Msg, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	// An answer already there needs no timer of its own.
+	if m, err := ib.sub.NextMsg(0); err == nil {
+		return m, m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	m, err := ib.sub.NextMsgWithContext(wctx)
