@@ -19,7 +19,8 @@ import (
 // of 400 bytes each over 100 sessions, stored as the events stream stores
 // them (E.partitioned.<p>.<session>, and E.control.<session> for some).
 // Whole reads every message; Session reads one session's two subjects
-// (1% of the stream). Run with
+// (1% of the stream), OneFilter one of them (as a session's verdicts are
+// read). Run with
 //
 //	go test -run '^$' -bench . -benchtime 5x ./internal/jsread/
 //
@@ -127,10 +128,13 @@ func BenchmarkRead(b *testing.B) {
 		{"msgget", "LEADER", readerRead},
 		{"direct", "DIRECT", readerRead},
 	} {
-		for _, scope := range []string{"Whole", "Session"} {
+		for _, scope := range []string{"Whole", "Session", "OneFilter"} {
 			var filters []string
-			if scope == "Session" {
+			switch scope {
+			case "Session":
 				filters = sessionFilters(tc.stream)
+			case "OneFilter":
+				filters = sessionFilters(tc.stream)[:1]
 			}
 			b.Run(scope+"/"+tc.name, func(b *testing.B) {
 				n := 0
