@@ -29,6 +29,7 @@ import (
 
 	sgclient "github.com/seamguard/seamguard/client"
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
 )
@@ -564,16 +565,13 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			}
 			return err
 		})
-		op.allowed(t, "read a spill with ObjectStore.Get (push consumer, flow control)", func(ctx context.Context) error {
+		op.denied(t, "read a spill with ObjectStore.Get (a push consumer)", "$JS.API.CONSUMER.CREATE.OBJ_seamguard-spills", true, func(ctx context.Context) error {
 			r, err := obs.Get(ctx, spillName)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := io.ReadAll(r)
-			if err == nil && !bytes.Equal(b, spillData) {
-				err = errors.New("read back other bytes")
-			}
+			_, err = io.ReadAll(r)
 			return err
 		})
 		op.allowed(t, "read a spill as seamguard spill get does", func(ctx context.Context) error {
@@ -587,22 +585,29 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			}
 			return nil
 		})
-		op.allowed(t, "follow verdicts as seamguard watch does", func(ctx context.Context) error {
-			oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_VERDICTS", jetstream.OrderedConsumerConfig{
-				FilterSubjects: []string{"seamguard.verdicts.*.*"}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		op.allowed(t, "follow verdicts as seamguard watch does (batched direct gets)", func(ctx context.Context) error {
+			r, _, err := jsread.Open(ctx, op.js, "SEAMGUARD_VERDICTS")
+			if err != nil {
+				return err
+			}
+			if !r.Direct {
+				return errors.New("the verdict stream does not allow direct gets")
+			}
+			fctx, stop := context.WithCancel(ctx)
+			defer stop()
+			var got string
+			err = r.Follow(fctx, 1, "seamguard.verdicts.*.*", 0, func(m *jsread.Msg) error {
+				got = m.Subject
+				stop()
+				return nil
 			})
-			if err != nil {
-				return err
+			if err == nil && got != "seamguard.verdicts.s1.allowed" {
+				err = fmt.Errorf("got %q", got)
 			}
-			it, err := oc.Messages()
-			if err != nil {
-				return err
-			}
-			defer it.Stop()
-			m, err := it.Next(jetstream.NextContext(ctx))
-			if err == nil && m.Subject() != "seamguard.verdicts.s1.allowed" {
-				err = fmt.Errorf("got %s", m.Subject())
-			}
+			return err
+		})
+		op.denied(t, "follow verdicts with an ordered consumer", "$JS.API.CONSUMER.CREATE.SEAMGUARD_VERDICTS", true, func(ctx context.Context) error {
+			_, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_VERDICTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"seamguard.verdicts.*.*"}})
 			return err
 		})
 		op.allowed(t, "look up a rejected input by stream sequence", func(ctx context.Context) error {
@@ -736,45 +741,46 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			return err
 		})
 
-		// The events, with ordered consumers of its own (seamguard inspect
-		// --rebuild, replay): a session's two subjects, or everything.
+		// The events, with the leader's STREAM.MSG.GET (seamguard inspect
+		// --rebuild, replay): a session's two subjects, or everything. The
+		// events stream does not allow direct gets.
 		evSubj := processor.Config{}.Subjects()
-		op.allowed(t, "read a session's events and control messages with an ordered consumer, then delete it, as seamguard inspect --rebuild does", func(ctx context.Context) error {
-			oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.OrderedConsumerConfig{
-				FilterSubjects: []string{"seamguard.partitioned.*.s1", evSubj.Control("s1")},
-			})
+		op.allowed(t, "read a session's events and control messages, as seamguard inspect --rebuild does", func(ctx context.Context) error {
+			r, info, err := jsread.Open(ctx, op.js, "SEAMGUARD_EVENTS")
 			if err != nil {
 				return err
 			}
-			m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
-			if err == nil && !strings.HasSuffix(m.Subject(), ".s1") {
-				err = fmt.Errorf("got %s", m.Subject())
+			if r.Direct {
+				return errors.New("the events stream allows direct gets")
 			}
-			if err != nil {
-				return err
-			}
-			return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", oc.CachedInfo().Name)
-		})
-		op.allowed(t, "read the whole events stream with an ordered consumer, as seamguard replay does", func(ctx context.Context) error {
-			str, err := op.js.Stream(ctx, "SEAMGUARD_EVENTS")
-			if err != nil {
-				return err
-			}
-			oc, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-			if err != nil {
-				return err
-			}
-			it, err := oc.Messages()
-			if err != nil {
-				return err
-			}
-			defer it.Stop()
-			for n := uint64(0); n < str.CachedInfo().State.Msgs; n++ {
-				if _, err := it.Next(jetstream.NextContext(ctx)); err != nil {
-					return fmt.Errorf("message %d: %w", n+1, err)
+			n := 0
+			err = r.Read(ctx, 1, info.State.LastSeq, []string{"seamguard.partitioned.*.s1", evSubj.Control("s1")}, func(m *jsread.Msg) error {
+				n++
+				if !strings.HasSuffix(m.Subject, ".s1") {
+					return fmt.Errorf("got %s", m.Subject)
 				}
+				return nil
+			})
+			if err == nil && n == 0 {
+				err = errors.New("read nothing")
 			}
-			return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", oc.CachedInfo().Name)
+			return err
+		})
+		op.allowed(t, "read the whole events stream, as seamguard replay does", func(ctx context.Context) error {
+			r, info, err := jsread.Open(ctx, op.js, "SEAMGUARD_EVENTS")
+			if err != nil {
+				return err
+			}
+			var n uint64
+			err = r.Read(ctx, 1, info.State.LastSeq, nil, func(*jsread.Msg) error { n++; return nil })
+			if err == nil && n != info.State.Msgs {
+				err = fmt.Errorf("read %d of %d", n, info.State.Msgs)
+			}
+			return err
+		})
+		op.denied(t, "read the events stream with an ordered consumer", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS", true, func(ctx context.Context) error {
+			_, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.OrderedConsumerConfig{})
+			return err
 		})
 		op.denied(t, "create a consumer on the events stream with a filter token in the subject (the CLI's filter on two subjects or none)", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS.reader.seamguard.partitioned", true, func(ctx context.Context) error {
 			_, err := op.js.CreateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{Name: "reader", FilterSubject: "seamguard.partitioned.*.s1", AckPolicy: jetstream.AckNonePolicy})
@@ -911,20 +917,24 @@ func TestProcessorEndToEnd(t *testing.T) {
 
 	var spillHandle events.SpillHandle
 	op.allowed(t, "replay the verdicts", func(ctx context.Context) error {
-		oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_VERDICTS", jetstream.OrderedConsumerConfig{})
+		r, info, err := jsread.Open(ctx, op.js, "SEAMGUARD_VERDICTS")
 		if err != nil {
 			return err
 		}
+		var read []*jsread.Msg
+		if err := r.Read(ctx, 1, info.State.LastSeq, nil, func(m *jsread.Msg) error { read = append(read, m); return nil }); err != nil {
+			return err
+		}
+		if len(read) < len(golden) {
+			return fmt.Errorf("read %d verdicts, want %d", len(read), len(golden))
+		}
 		for i, want := range golden {
-			m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
-			if err != nil {
-				return fmt.Errorf("verdict %d: %w", i, err)
-			}
+			m := read[i]
 			var got, exp struct {
 				Type string
 				Data json.RawMessage
 			}
-			if err := json.Unmarshal(m.Data(), &got); err != nil {
+			if err := json.Unmarshal(m.Data, &got); err != nil {
 				return err
 			}
 			if err := json.Unmarshal([]byte(want), &exp); err != nil {
@@ -1206,19 +1216,25 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 		return err
 	})
 
-	// The operator may create, pull from and delete consumers of its own
-	// on the events stream (ordered consumers, named by nats.go), but none
-	// named as the processor's: every partition's of the deployment that
-	// runs the most (deploy/kubernetes), and seamguard-invalid.
-	op.allowed(t, "create, pull from and delete a consumer of its own on the events stream", func(ctx context.Context) error {
-		oc, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.OrderedConsumerConfig{})
+	// The operator reads the partitioned events by get requests, and may
+	// create no consumer: neither one of its own nor one named as the
+	// processor's (every partition's of the deployment that runs the most,
+	// deploy/kubernetes, and seamguard-invalid).
+	op.allowed(t, "read the partitioned events by get requests", func(ctx context.Context) error {
+		r, info, err := jsread.Open(ctx, op.js, "SEAMGUARD_EVENTS")
 		if err != nil {
 			return err
 		}
-		if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
-			return err
+		var n int
+		err = r.Read(ctx, 1, info.State.LastSeq, []string{"seamguard.partitioned.*.s1", "seamguard.control.s1"}, func(*jsread.Msg) error { n++; return nil })
+		if err == nil && n != 1 {
+			err = fmt.Errorf("read %d events of s1, want 1", n)
 		}
-		return op.js.DeleteConsumer(ctx, "SEAMGUARD_EVENTS", oc.CachedInfo().Name)
+		return err
+	})
+	op.denied(t, "create a consumer of its own on the events stream", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS", true, func(ctx context.Context) error {
+		_, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.OrderedConsumerConfig{})
+		return err
 	})
 	shipped := kubernetesPartitions(t)
 	if shipped < parts {

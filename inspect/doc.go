@@ -33,6 +33,7 @@
 // decision again and compare it, verdict by verdict, with a verdict stream;
 // Source.Rebuild uses it to build one session's ledger without the bucket.
 //
-// Nothing here writes to NATS: a Source only reads (it creates ordered
-// consumers, which it deletes when done).
+// Nothing here writes to NATS, and a Source creates no consumer: it reads
+// the streams with get requests (package jsread), so the operator identity
+// it runs as needs no consumer API.
 package inspect

@@ -123,9 +123,9 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 		vfilters = []string{s.verdictsFilter(o.Session)}
 	}
 	err := s.readStream(ctx, rep.VerdictStream, vfilters, nil, func(m message) error {
-		r := recorded{seq: m.meta.Sequence.Stream}
+		r := recorded{seq: m.Seq}
 		id := fmt.Sprintf("unreadable@%d", r.seq)
-		v, err := events.DecodeVerdict(m.m.Data())
+		v, err := events.DecodeVerdict(m.Data)
 		if err != nil {
 			r.err = err
 		} else {
@@ -136,7 +136,7 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 			id = v.ID
 			outcomes.Add(v)
 		}
-		r.body, _ = normalise(m.m.Data())
+		r.body, _ = normalise(m.Data)
 		if _, ok := byID[id]; !ok {
 			order = append(order, id)
 		}
@@ -177,11 +177,11 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 	lastSeq := map[string]uint64{} // session -> the last input of it stepped
 	var total uint64
 	err = s.readStream(ctx, names.Events, efilters, func(n uint64) { total = n }, func(m message) error {
-		seq := m.meta.Sequence.Stream
-		if !o.SinceTime.IsZero() && rep.FromSeq == math.MaxUint64 && !m.meta.Timestamp.Before(o.SinceTime) {
+		seq := m.Seq
+		if !o.SinceTime.IsZero() && rep.FromSeq == math.MaxUint64 && !m.Time.Before(o.SinceTime) {
 			rep.FromSeq = seq
 		}
-		a, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), seq)
+		a, err := d.Apply(ctx, m.Subject, m.Header, m.Data, seq)
 		if err != nil {
 			return err
 		}

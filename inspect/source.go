@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/spill"
@@ -16,9 +16,6 @@ import (
 
 // ErrNoSession is returned (wrapped) when nothing is known of a session.
 var ErrNoSession = errors.New("inspect: no such session")
-
-// readIdle bounds the wait for the next message of a stream being read.
-const readIdle = 15 * time.Second
 
 // Source reads one seamguard deployment: its events and verdict streams,
 // its session bucket and its spill object store. Config names them (only
@@ -47,77 +44,64 @@ func (s Source) verdictsFilter(session string) string {
 }
 
 // message is one message read from a stream.
-type message struct {
-	m    jetstream.Msg
-	meta *jetstream.MsgMetadata
-}
+type message = *jsread.Msg
 
 // readStream calls fn for every message of stream that matches filters (all
 // when none), in order, up to the last one the stream held when it started.
-// It never waits for new messages. total reports how many it will read.
+// It never waits for new messages. total reports how many it will read
+// (0 when the stream cannot say).
+//
+// It creates no consumer (see package jsread): the verdict stream is read
+// with batched direct gets, the events stream, which does not allow them,
+// with the leader's STREAM.MSG.GET.
 func (s Source) readStream(ctx context.Context, stream string, filters []string, total func(uint64), fn func(message) error) error {
 	str, err := s.JS.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("inspect: stream %s: %w", stream, err)
 	}
-	info, err := str.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("inspect: stream %s: %w", stream, err)
-	}
+	info := str.CachedInfo()
 	if total != nil {
 		total(0)
 	}
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	last := info.State.LastSeq
-	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
-	if err != nil {
-		return fmt.Errorf("inspect: read %s: %w", stream, err)
-	}
-	ci := cons.CachedInfo()
-	defer func() {
-		if ci != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = s.JS.DeleteConsumer(dctx, stream, ci.Name)
-			cancel()
-		}
-	}()
-	if ci == nil || ci.NumPending == 0 {
-		return nil
-	}
 	if total != nil {
-		total(ci.NumPending)
+		total(s.count(ctx, str, filters))
 	}
-	it, err := cons.Messages()
-	if err != nil {
+	var fnErr error
+	err = jsread.New(s.JS, info).Read(ctx, info.State.FirstSeq, info.State.LastSeq, filters, func(m message) error {
+		fnErr = fn(m)
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
 		return fmt.Errorf("inspect: read %s: %w", stream, err)
 	}
-	defer it.Stop()
-	for {
-		nctx, cancel := context.WithTimeout(ctx, readIdle)
-		m, err := it.Next(jetstream.NextContext(nctx))
-		cancel()
+	return nil
+}
+
+// count is how many messages of str match filters (all when none), as its
+// leader says; 0 when it cannot say.
+func (s Source) count(ctx context.Context, str jetstream.Stream, filters []string) uint64 {
+	if len(filters) == 0 {
+		return str.CachedInfo().State.Msgs
+	}
+	var n uint64
+	for _, f := range filters {
+		info, err := str.Info(ctx, jetstream.WithSubjectFilter(f))
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("inspect: read %s: %w", stream, err)
+			return 0
 		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("inspect: read %s: %w", stream, err)
-		}
-		if meta.Sequence.Stream > last {
-			return nil
-		}
-		if err := fn(message{m, meta}); err != nil {
-			return err
-		}
-		if meta.Sequence.Stream == last || meta.NumPending == 0 {
-			return nil
+		for _, c := range info.State.Subjects {
+			n += c
 		}
 	}
+	return n
 }
 
 // History reads the verdicts of session from the deployment's verdict
@@ -127,12 +111,12 @@ func (s Source) History(ctx context.Context, session string) ([]Entry, *Outcomes
 	out := &Outcomes{}
 	stream := s.Config.Names().Verdicts
 	err := s.readStream(ctx, stream, []string{s.verdictsFilter(session)}, nil, func(m message) error {
-		v, err := events.DecodeVerdict(m.m.Data())
+		v, err := events.DecodeVerdict(m.Data)
 		if err != nil {
 			return nil // not seamguard's; replay reports such messages
 		}
 		out.Add(v)
-		hist = append(hist, EntryOf(m.meta.Sequence.Stream, v))
+		hist = append(hist, EntryOf(m.Seq, v))
 		return nil
 	})
 	return hist, out, err
@@ -188,8 +172,8 @@ func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, 
 	carried := map[string][]Range{}
 	err = s.readStream(ctx, names.Events, s.eventsFilters(session), nil, func(m message) error {
 		n++
-		last = m.meta.Sequence.Stream
-		a, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), last)
+		last = m.Seq
+		a, err := d.Apply(ctx, m.Subject, m.Header, m.Data, last)
 		if a.CarriedPins != nil {
 			carried[a.EventID] = a.CarriedPins
 		}
@@ -214,7 +198,7 @@ func (s Source) carriedPins(ctx context.Context, session string) (map[string][]R
 	subjects := s.Config.Subjects()
 	out := map[string][]Range{}
 	err := s.readStream(ctx, names.Events, s.eventsFilters(session), nil, func(m message) error {
-		ev, err := events.DecodeMsg(m.m.Subject(), m.m.Headers(), m.m.Data(), subjects)
+		ev, err := events.DecodeMsg(m.Subject, m.Header, m.Data, subjects)
 		if err != nil {
 			return nil // rejected inputs carry nothing
 		}

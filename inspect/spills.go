@@ -100,11 +100,11 @@ func (s Source) VerifySpill(ctx context.Context, name string, cfg ledger.Config)
 	var accepted []key
 	var seqs []uint64
 	err = s.readStream(ctx, names.Events, s.eventsFilters(session), nil, func(m message) error {
-		seq := m.meta.Sequence.Stream
+		seq := m.Seq
 		if seq > last {
 			return errStop
 		}
-		a, err := d.Apply(ctx, m.m.Subject(), m.m.Headers(), m.m.Data(), seq)
+		a, err := d.Apply(ctx, m.Subject, m.Header, m.Data, seq)
 		if err != nil {
 			return err
 		}

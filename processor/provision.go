@@ -38,7 +38,9 @@ type Resources struct {
 // the spill bucket's size limit) are updated to c; a difference that cannot be
 // changed in place, or that would change what the resource holds (subjects,
 // storage type, retention policy, discard policy), is an error wrapping
-// ErrIncompatible that names the field and both values.
+// ErrIncompatible that names the field and both values. The verdict stream
+// allows direct gets (turned on in place in an existing one); the events
+// stream does not.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resources, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -90,6 +92,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		MaxAge:      c.VerdictsMaxAge,
 		Duplicates:  c.VerdictsDuplicates,
 		Replicas:    c.Replicas,
+		// Operators read verdicts with direct gets (no consumer); nothing
+		// in the processor reads the verdict stream with GetMsg, which
+		// direct gets would let a lagging replica answer.
+		AllowDirect: true,
 	})
 	if err != nil {
 		return nil, err
@@ -243,11 +249,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("%w: stream %s: %v; change the configuration (prefix, storage) or migrate the stream by hand", ErrIncompatible, want.Name, bad)
 	}
-	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas && !grow {
+	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas && !grow && (have.AllowDirect || !want.AllowDirect) {
 		return s, nil
 	}
 	upd := have
 	upd.MaxAge, upd.Duplicates, upd.Replicas, upd.Subjects = want.MaxAge, want.Duplicates, want.Replicas, want.Subjects
+	// Direct gets are turned on in place where seamguard needs them, and
+	// left as they are elsewhere.
+	upd.AllowDirect = have.AllowDirect || want.AllowDirect
 	s, err = js.UpdateStream(ctx, upd)
 	if err != nil {
 		return nil, fmt.Errorf("processor: update stream %s (subjects %v, max age %s, duplicates %s, replicas %d): %w", want.Name, want.Subjects, want.MaxAge, want.Duplicates, want.Replicas, err)

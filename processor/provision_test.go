@@ -239,3 +239,38 @@ func TestProvisionSpillBucket(t *testing.T) {
 	}
 	require.NoError(t, processor.Config{SpillBucketMaxBytes: processor.MinSpillBucketMaxBytes}.Validate())
 }
+
+// TestProvisionVerdictsAllowDirect: the verdict stream allows direct gets
+// (operators read it without a consumer), a new one and an existing one
+// made without them alike, which keeps its verdicts; the events stream,
+// which the processor reads with GetMsg (leader-served only while the
+// stream has no allow_direct), does not.
+func TestProvisionVerdictsAllowDirect(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	n := cfg.Names()
+	old, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
+		Name: n.Verdicts, Subjects: []string{"seamguard.verdicts.>"}, Storage: jetstream.FileStorage,
+		MaxAge: processor.DefaultVerdictsMaxAge, Duplicates: processor.DefaultVerdictsDuplicates,
+	})
+	require.NoError(t, err)
+	require.False(t, old.CachedInfo().Config.AllowDirect)
+	_, err = e.JS.Publish(e.ctx, "seamguard.verdicts.s1.allowed", []byte("{}"))
+	require.NoError(t, err)
+
+	_, err = processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	vd := e.streamInfo(t, n.Verdicts)
+	assert.True(t, vd.Config.AllowDirect, "turned on in place")
+	assert.Equal(t, old.CachedInfo().Created, vd.Created, "the same stream")
+	assert.Equal(t, uint64(1), vd.State.Msgs, "its verdict kept")
+	assert.False(t, e.streamInfo(t, n.Events).Config.AllowDirect, "the events stream is read by its leader alone")
+
+	// A new deployment.
+	cfg2 := baseConfig()
+	cfg2.Prefix = "other"
+	_, err = processor.Provision(e.ctx, e.JS, cfg2)
+	require.NoError(t, err)
+	assert.True(t, e.streamInfo(t, cfg2.Names().Verdicts).Config.AllowDirect)
+	assert.False(t, e.streamInfo(t, cfg2.Names().Events).Config.AllowDirect)
+}

@@ -74,11 +74,12 @@
 // so HandleOf rebuilds a handle from Info alone. Get reads one object;
 // GetChain reads a spill's whole chain, oldest first, after following
 // and checking its links (same session, in order, no loop, at most
-// MaxChain spills; else ErrChain). Both read with an ordered pull consumer
-// on the object's chunks that buffers at most 16 of them, instead of
-// nats.go's ObjectStore.Get, whose push consumer lets up to 32 MB queue in
-// the client and which allows 5 seconds for the whole object when the
-// context has no deadline; each verifies size, chunk count and digest
+// MaxChain spills; else ErrChain). Both read the object's chunks with
+// batched direct gets (package jsread), a few MiB a request and no
+// consumer, instead of nats.go's ObjectStore.Get, whose push consumer lets
+// up to 32 MB queue in the client and which allows 5 seconds for the whole
+// object when the context has no deadline; each verifies size, chunk count
+// and digest
 // (ErrDigestMismatch). After the put, the stored object info must name the
 // size and digest written; with Verify, the object is also read back whole.
 //
@@ -152,7 +153,7 @@
 //     whether the end is gone (ErrIncomplete) or the attempt fails
 //     (ErrUnavailable). The ordered consumer resets at most 3 times.
 //   - Reading an object (read): at most its info's chunk count, each wait
-//     at most 10 seconds.
+//     for an answer at most 10 seconds.
 //   - Following a chain (GetChain, and Write's walk back): each step visits
 //     a name not seen before, at most MaxChain of them.
 //   - Sending chunks (objectWriter): each ack awaited at most 10 seconds

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
@@ -652,11 +654,12 @@ func (s *Store) Info(ctx context.Context, name string) (*jetstream.ObjectInfo, e
 // ErrDigestMismatch (reported after the bytes were copied). A missing name
 // is an error matching jetstream.ErrObjectNotFound.
 //
-// Get reads the object's chunks with an ordered pull consumer that buffers
-// at most 16 chunks, rather than with nats.go's ObjectStore.Get, whose push
-// consumer lets up to 32 MB of chunks queue in the client, and which allows
-// 5 seconds for the whole object when ctx has no deadline. Here ctx bounds
-// the whole read and each chunk may take up to 10 seconds.
+// Get reads the object's chunks with batched direct gets (package jsread:
+// no consumer, so an identity that may not create one reads spills too),
+// a few MiB a request, rather than with nats.go's ObjectStore.Get, whose
+// push consumer lets up to 32 MB of chunks queue in the client, and which
+// allows 5 seconds for the whole object when ctx has no deadline. Here ctx
+// bounds the whole read and each answer may take up to 10 seconds.
 func (s *Store) Get(ctx context.Context, name string, w io.Writer) (*jetstream.ObjectInfo, error) {
 	info, err := s.Info(ctx, name)
 	if err != nil {
@@ -680,20 +683,12 @@ func (s *Store) read(ctx context.Context, info *jetstream.ObjectInfo, w io.Write
 	var chunks uint32
 	if info.Chunks > 0 {
 		stream := "OBJ_" + info.Bucket
-		cons, err := s.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects:    []string{"$O." + info.Bucket + ".C." + info.NUID},
-			InactiveThreshold: time.Minute,
-			MaxResetAttempts:  3,
-		})
-		if err != nil {
-			return fmt.Errorf("spill: read %s from bucket %s: %w", info.Name, info.Bucket, err)
-		}
-		defer s.dropConsumer(ctx, stream, cons)
-		// A reader that sees too few chunks may sit on a replica that lags
-		// its leader (after a partition heals): the leader says whether
-		// the chunks are gone (a mismatch) or not read yet (unavailable).
+		subj := "$O." + info.Bucket + ".C." + info.NUID
+		// A reader that sees too few chunks may be answered by a replica
+		// that lags its leader (after a partition heals): the leader says
+		// whether the chunks are gone (a mismatch) or not read yet
+		// (unavailable).
 		short := func(seen uint32) error {
-			subj := "$O." + info.Bucket + ".C." + info.NUID
 			n, err := s.held(ctx, stream, subj)
 			if err == nil && n < uint64(info.Chunks) {
 				return mismatch("the bucket holds only %d of its %d chunks", n, info.Chunks)
@@ -701,37 +696,34 @@ func (s *Store) read(ctx context.Context, info *jetstream.ObjectInfo, w io.Write
 			return fmt.Errorf("%w: the reader of bucket %s sees %d of the %d chunks of %s, but the bucket's leader holds them (%d; %v): a replica behind its leader? try again",
 				ErrUnavailable, info.Bucket, seen, info.Chunks, info.Name, n, err)
 		}
-		if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-			return short(0)
-		}
 		chunk := 128 << 10
 		if info.Opts != nil && info.Opts.ChunkSize > 0 {
 			chunk = int(info.Opts.ChunkSize)
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(16, max(1<<20, 2*chunk)))
-		if err != nil {
-			return fmt.Errorf("spill: read %s from bucket %s: %w", info.Name, info.Bucket, err)
-		}
-		defer it.Stop()
-		for chunks < info.Chunks {
-			msg, err := nextWithin(ctx, it)
-			if err != nil {
-				return fmt.Errorf("spill: read %s from bucket %s after %d of %d chunks: %w", info.Name, info.Bucket, chunks, info.Chunks, err)
-			}
-			md, err := msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("spill: read %s from bucket %s: %w", info.Name, info.Bucket, err)
-			}
-			data := msg.Data()
-			h.Write(data)
-			if _, err := w.Write(data); err != nil {
+		// Batched direct gets of the chunk subject (the object store's
+		// stream allows them), answered to this connection's inbox: no
+		// consumer. Each batch stops after 2 MiB or 4 chunks, whichever is
+		// more; Confirm is off, the chunk count is checked instead.
+		r := &jsread.Reader{JS: s.JS, Stream: stream, Direct: true, MaxBytes: max(2<<20, 4*chunk), Timeout: readIdle}
+		errEnough := errors.New("spill: all chunks read")
+		err := r.Read(ctx, 1, math.MaxUint64, []string{subj}, func(m *jsread.Msg) error {
+			h.Write(m.Data)
+			if _, err := w.Write(m.Data); err != nil {
 				return fmt.Errorf("spill: copy %s: %w", info.Name, err)
 			}
-			size += uint64(len(data))
+			size += uint64(len(m.Data))
 			chunks++
-			if chunks < info.Chunks && md.NumPending == 0 {
-				return short(chunks)
+			if chunks == info.Chunks {
+				return errEnough
 			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errEnough):
+		case err != nil:
+			return fmt.Errorf("spill: read %s from bucket %s after %d of %d chunks: %w", info.Name, info.Bucket, chunks, info.Chunks, err)
+		case chunks < info.Chunks:
+			return short(chunks)
 		}
 	}
 	if got := jetstream.GetObjectDigestValue(h); got != info.Digest || size != info.Size {
@@ -752,17 +744,6 @@ func (s *Store) held(ctx context.Context, stream, subject string) (uint64, error
 		return 0, err
 	}
 	return info.State.Subjects[subject], nil
-}
-
-// nextWithin returns the next message, waiting at most readIdle.
-func nextWithin(ctx context.Context, it jetstream.MessagesContext) (jetstream.Msg, error) {
-	nctx, cancel := context.WithTimeout(ctx, readIdle)
-	defer cancel()
-	msg, err := it.Next(jetstream.NextContext(nctx))
-	if err != nil && ctx.Err() == nil && nctx.Err() != nil {
-		return nil, fmt.Errorf("nothing arrived within %s", readIdle)
-	}
-	return msg, err
 }
 
 // dropConsumer deletes an ordered consumer once it is no longer read, rather

@@ -148,6 +148,13 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 		return out, errs
 	}
 
+	proc := connectAs(t, url, "processor", shippedInboxes["processor"])
+	consumers := func(stream string) int {
+		str, err := proc.js.Stream(context.Background(), stream)
+		require.NoError(t, err)
+		return str.CachedInfo().State.Consumers
+	}
+
 	var spillName string
 	t.Run("operator", func(t *testing.T) {
 		out, errs := ok(t, "watch", "--all", "--session", "ops-agent-42", "--max", "3")
@@ -194,8 +201,22 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 		assert.Contains(t, out, "published session.resumed")
 		assert.Contains(t, out, "offsets [1200, 1500) are waived")
 		// The processor takes the resume: the next compaction is allowed,
-		// the gap cured by the waiver.
+		// the gap cured by the waiver. A watch from now (no --all),
+		// started before, follows it as it is decided.
+		live := make(chan string, 1)
+		go func() {
+			_, out, errs, _ := cliRun(t, asOperator("watch", "--session", "gap-then-resume", "--kind", "allowed", "--max", "1")...)
+			live <- out + errs
+		}()
+		time.Sleep(500 * time.Millisecond) // watch has noted where the stream ends
 		publishLines(t, agent.js, []string{strings.Replace(gap[8], `"k3"`, `"k9"`, 1)})
+		select {
+		case got := <-live:
+			assert.Contains(t, got, "k9")
+			assert.NotContains(t, got, "permission")
+		case <-time.After(20 * time.Second):
+			t.Fatal("watch did not follow the new verdict")
+		}
 		out, _ = ok(t, "watch", "--all", "--session", "gap-then-resume", "--kind", "allowed", "--max", "1")
 		assert.Contains(t, out, "k9")
 		assert.Contains(t, out, "cured [sequence_gap]")
@@ -205,6 +226,15 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 		assert.Contains(t, out, "no difference")
 		out, _ = ok(t, "replay", "--session", "gap-then-resume")
 		assert.Contains(t, out, "no difference")
+
+		// None of it needed a consumer: the shipped operator may not
+		// create one (deploy: TestOperatorPushConsumerAttack), and every
+		// command above succeeded without a refusal. Nothing is left on
+		// the streams only the operator reads with consumers of its own
+		// (the events stream has the processor's).
+		for _, stream := range []string{"SEAMGUARD_VERDICTS", "OBJ_seamguard-spills"} {
+			assert.Zero(t, consumers(stream), "consumers of %s", stream)
+		}
 	})
 
 	// As the agent, with its own inbox: the first thing each command asks
@@ -217,7 +247,7 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 			{[]string{"inspect", "ops-agent-42"}, "$JS.API.STREAM.INFO.KV_seamguard-sessions"},
 			{[]string{"inspect", "ops-agent-42", "--rebuild"}, "$JS.API.STREAM.INFO.SEAMGUARD_VERDICTS"},
 			{[]string{"replay"}, "$JS.API.STREAM.INFO.SEAMGUARD_VERDICTS"},
-			{[]string{"watch", "--all", "--max", "1"}, "$JS.API.CONSUMER.CREATE.SEAMGUARD_VERDICTS."},
+			{[]string{"watch", "--all", "--max", "1"}, "$JS.API.STREAM.INFO.SEAMGUARD_VERDICTS"},
 			{[]string{"spill", "get", "ops-agent-42/1.jsonl", "-o", filepath.Join(t.TempDir(), "t.jsonl")}, "$JS.API.STREAM.INFO.OBJ_seamguard-spills"},
 			// resume reads the session's state before it publishes, to
 			// report what the resume changed.

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
@@ -286,47 +287,46 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		k = "*"
 	}
 	filter := cfg.Prefix + ".verdicts." + s + "." + k
-	oc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
-	if *all {
-		oc.DeliverPolicy = jetstream.DeliverAllPolicy
-	}
-	cons, err := js.OrderedConsumer(ctx, cfg.Names().Verdicts, oc)
+	// No consumer: the stream is read with get requests from the first
+	// verdict (--all) or the next one, and read on as verdicts arrive.
+	r, info, err := jsread.Open(ctx, js, cfg.Names().Verdicts)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("cannot follow stream %s: %w; is seamguard serving with --prefix %s?", cfg.Names().Verdicts, err, cfg.Prefix)
 	}
 	if err != nil {
 		return fmt.Errorf("cannot follow stream %s: %w", cfg.Names().Verdicts, err)
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
+	from := info.State.LastSeq + 1
+	if *all {
+		from = info.State.FirstSeq
 	}
-	defer it.Stop()
-	go func() { <-ctx.Done(); it.Stop() }()
 	fmt.Fprintf(stderr, "watching %s\n", filter)
-	for n := 0; limit == 0 || n < limit; n++ {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return err
+	n := 0
+	errEnough := errors.New("enough")
+	err = r.Follow(ctx, from, filter, 0, func(m *jsread.Msg) error {
+		if limit > 0 && n >= limit {
+			return errEnough
 		}
+		n++
 		if *asJSON {
 			// As recorded, but safe for a terminal (termtext.JSON): the
 			// verdict stream holds what its publishers wrote.
-			b, _ := termtext.JSON(m.Data())
+			b, _ := termtext.JSON(m.Data)
 			fmt.Fprintf(stdout, "%s\n", b)
-			continue
+		} else if v, err := events.DecodeVerdict(m.Data); err != nil {
+			fmt.Fprintf(stdout, "%s: not a seamguard verdict: %s\n", termtext.Escape(m.Subject), termtext.Escape(err.Error()))
+		} else {
+			fmt.Fprintln(stdout, describeVerdict(v))
 		}
-		v, err := events.DecodeVerdict(m.Data())
-		if err != nil {
-			fmt.Fprintf(stdout, "%s: not a seamguard verdict: %s\n", termtext.Escape(m.Subject()), termtext.Escape(err.Error()))
-			continue
+		if limit > 0 && n >= limit {
+			return errEnough
 		}
-		fmt.Fprintln(stdout, describeVerdict(v))
+		return nil
+	})
+	if errors.Is(err, errEnough) || ctx.Err() != nil {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // describeVerdict is one readable line about a verdict, escaped for a

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
@@ -864,13 +865,9 @@ func (w *waiter) state(ctx context.Context, session string) (st processor.State,
 
 // verdictsSince calls fn with each verdict of session that the verdict
 // stream stored after sequence from, in order, up to its last message now.
+// It reads with get requests (package jsread), creating no consumer.
 func verdictsSince(ctx context.Context, js jetstream.JetStream, cfg processor.Config, session string, from uint64, fn func([]byte)) error {
-	name := cfg.Names().Verdicts
-	str, err := js.Stream(ctx, name)
-	if err != nil {
-		return err
-	}
-	info, err := str.Info(ctx)
+	r, info, err := jsread.Open(ctx, js, cfg.Names().Verdicts)
 	if err != nil {
 		return err
 	}
@@ -878,48 +875,10 @@ func verdictsSince(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 	if last <= from {
 		return nil
 	}
-	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{cfg.Subjects().Verdict(session, "*")},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: from + 1,
-	})
-	if err != nil {
-		return err
-	}
-	ci := cons.CachedInfo()
-	defer func() {
-		if ci != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = js.DeleteConsumer(dctx, name, ci.Name)
-			cancel()
-		}
-	}()
-	if ci == nil || ci.NumPending == 0 {
+	return r.Read(ctx, from+1, last, []string{cfg.Subjects().Verdict(session, "*")}, func(m *jsread.Msg) error {
+		fn(m.Data)
 		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for {
-		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		m, err := it.Next(jetstream.NextContext(nctx))
-		cancel()
-		if err != nil {
-			return err
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		if meta.Sequence.Stream > last {
-			return nil
-		}
-		fn(m.Data())
-		if meta.Sequence.Stream == last || meta.NumPending == 0 {
-			return nil
-		}
-	}
+	})
 }
 
 func sortedKeys[V any](m map[string]V) []string {
