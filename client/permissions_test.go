@@ -32,6 +32,7 @@ func TestAgentPermissions(t *testing.T) {
 	for k, v := range map[string]string{
 		"NATS_AGENT_PASSWORD":     "agent-test",
 		"NATS_PROCESSOR_PASSWORD": "processor-test",
+		"NATS_RESPONDER_PASSWORD": "responder-test",
 		"NATS_OPERATOR_PASSWORD":  "operator-test",
 	} {
 		t.Setenv(k, v)
@@ -72,7 +73,9 @@ func TestAgentPermissions(t *testing.T) {
 	ctx := testContext(t)
 	pjs, err := jetstream.New(connect("processor", "processor-test"))
 	require.NoError(t, err)
-	p, err := processor.New(ctx, pjs, processorConfig())
+	// The recover service answers as the responder, which may publish to
+	// inboxes alone.
+	p, err := processor.New(ctx, pjs, processorConfig(), processor.WithResponder(connect("responder", "responder-test")))
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

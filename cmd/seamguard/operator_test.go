@@ -26,7 +26,7 @@ import (
 // nats-server loaded with the shipped deploy/nats/standalone.conf (its
 // accounts and permissions), as the shipped identities.
 
-var shippedPasswords = map[string]string{"agent": "agent-test-pw", "processor": "processor-test-pw", "operator": "operator-test-pw"}
+var shippedPasswords = map[string]string{"agent": "agent-test-pw", "processor": "processor-test-pw", "responder": "responder-test-pw", "operator": "operator-test-pw"}
 
 // startShipped starts deploy/nats/standalone.conf on a random loopback port
 // with storage in a temporary directory, and returns its URL.
@@ -34,6 +34,7 @@ func startShipped(t *testing.T) string {
 	t.Helper()
 	t.Setenv("NATS_AGENT_PASSWORD", shippedPasswords["agent"])
 	t.Setenv("NATS_PROCESSOR_PASSWORD", shippedPasswords["processor"])
+	t.Setenv("NATS_RESPONDER_PASSWORD", shippedPasswords["responder"])
 	t.Setenv("NATS_OPERATOR_PASSWORD", shippedPasswords["operator"])
 	opts, err := server.ProcessConfigFile("../../deploy/nats/standalone.conf")
 	require.NoError(t, err)
@@ -115,7 +116,8 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 	served := make(chan int, 1)
 	var serveOut, serveErr lockedBuffer
 	go func() {
-		served <- run(ctx, []string{"serve", "--nats-url", url, "--user", "processor", "--password", shippedPasswords["processor"], "--log-level", "warn"},
+		served <- run(ctx, []string{"serve", "--nats-url", url, "--user", "processor", "--password", shippedPasswords["processor"],
+			"--responder-user", "responder", "--responder-password", shippedPasswords["responder"], "--log-level", "warn"},
 			strings.NewReader(""), &serveOut, &serveErr)
 	}()
 	t.Cleanup(func() {
@@ -297,7 +299,7 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 func TestShippedGrants(t *testing.T) {
 	url := startShipped(t)
 	conns := map[string]*identityConn{}
-	for _, who := range []string{"agent", "processor", "operator"} {
+	for _, who := range []string{"agent", "processor", "responder", "operator"} {
 		conns[who] = connectAs(t, url, who, shippedInboxes[who])
 	}
 	grants := shippedGrants(processor.Config{})

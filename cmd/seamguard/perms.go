@@ -67,7 +67,7 @@ func shippedGrants(cfg processor.Config) []grant {
 		return ok && digits != "" && strings.Trim(digits, "0123456789") == ""
 	}
 	const pub, sub = "publish", "subscribe"
-	op, proc, agent := "operator", "processor", "agent"
+	op, proc, agent, resp := "operator", "processor", "agent", "responder"
 	return []grant{
 		// The processor's durable consumers first: their names match the
 		// operator's grants on the events stream, which deny them.
@@ -116,8 +116,10 @@ func shippedGrants(cfg processor.Config) []grant {
 		{verb: pub, pattern: "$KV." + n.Leases + ".>", holders: []string{proc}, need: "to take and renew partition leases"},
 		{verb: pub, pattern: "$O." + n.Spills + ".>", holders: []string{proc}, need: "to write spills"},
 		{verb: sub, pattern: processorInbox + ".>", holders: []string{proc}, need: "to receive replies on the processor's inbox"},
-		{verb: sub, pattern: prefix + ".recover.>", holders: []string{proc}, need: "to serve agents' requests for their spills (the recover service)"},
-		{verb: sub, pattern: "$SRV.>", holders: []string{proc}, need: "to answer the discovery of its recover service (nats micro ls, info, stats)"},
+		{verb: sub, pattern: prefix + ".recover.>", holders: []string{resp}, need: "to serve agents' requests for their spills (the recover service, on serve's --responder-* connection)"},
+		{verb: sub, pattern: "$SRV.>", holders: []string{resp}, need: "to answer the discovery of its recover service (nats micro ls, info, stats)"},
+		{verb: pub, pattern: "_INBOX.>", holders: []string{resp}, need: "to answer agents' requests to the recover service, in their inboxes"},
+		{verb: pub, pattern: operatorInbox + ".>", holders: []string{resp}, need: "to answer the operator's discovery of the recover service"},
 
 		// The agents'.
 		{verb: pub, pattern: prefix + ".events.>", holders: []string{agent}, need: "to publish session events"},

@@ -234,7 +234,7 @@ export interface TestNats {
   readonly url: string;
   readonly pid: number;
   /** The passwords of the three identities. */
-  readonly passwords: { agent: string; processor: string; operator: string };
+  readonly passwords: { agent: string; processor: string; responder: string; operator: string };
   stop(): Promise<void>;
 }
 
@@ -246,7 +246,7 @@ export interface TestNats {
 export async function startTestNats(): Promise<TestNats> {
   const bin = binaries().testnats;
   const dir = mkdtempSync(join(tmpdir(), "seamguard-ts-nats-"));
-  const passwords = { agent: "agent-ts-test", processor: "processor-ts-test", operator: "operator-ts-test" };
+  const passwords = { agent: "agent-ts-test", processor: "processor-ts-test", responder: "responder-ts-test", operator: "operator-ts-test" };
   const c = spawn(
     bin,
     ["-c", join(repoRoot, "deploy/nats/standalone.conf"), "-store", join(dir, "store"), "-port", "0", "-sync", "2m", "-stdin-eof"],
@@ -256,6 +256,7 @@ export async function startTestNats(): Promise<TestNats> {
         ...process.env,
         NATS_AGENT_PASSWORD: passwords.agent,
         NATS_PROCESSOR_PASSWORD: passwords.processor,
+        NATS_RESPONDER_PASSWORD: passwords.responder,
         NATS_OPERATOR_PASSWORD: passwords.operator,
       },
     },

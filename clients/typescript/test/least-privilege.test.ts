@@ -19,7 +19,13 @@ describe("as the least-privilege agent identity", () => {
   let nc: NatsConnection;
   const problems: string[] = [];
   const startProcessor = (): Promise<Serve> =>
-    startServe({ natsUrl: nats.url, user: "processor", password: nats.passwords.processor });
+    startServe({
+      natsUrl: nats.url,
+      user: "processor",
+      password: nats.passwords.processor,
+      // the recover service answers as the responder, which may publish to inboxes alone
+      args: ["--responder-user", "responder", "--responder-password", nats.passwords.responder],
+    });
 
   before(async () => {
     nats = await startTestNats();
