@@ -71,7 +71,9 @@
 //
 // runtime.go starts and stops it all (New, Run); provision.go makes the
 // streams and buckets, rebuild.go rebuilds state from the events stream,
-// recover.go serves agents their spills, state.go is the bucket's format.
+// recover.go serves agents their spills, service.go is how any service of
+// the processor answers (inboxes only, fair queues), state.go is the
+// bucket's format.
 //
 // # Hand-overs
 //
@@ -170,9 +172,10 @@
 // # Recovering spills: the recover service
 //
 // Agents have no JetStream API access, so they cannot read the spill a
-// refusal hands them. Every instance runs, while Run runs, a NATS micro
-// service (nats.go's package micro) through which an agent reads the spills
-// of its own sessions: name "seamguard", version ServiceVersion, one
+// refusal hands them. Every instance runs, while Run runs, a service in the
+// NATS micro protocol through which an agent reads the spills of its own
+// sessions, on the responder connection (WithResponder; the processor's
+// own by default): name "seamguard", version ServiceVersion, one
 // endpoint "recover" on <prefix>.recover.* in the queue group "seamguard",
 // so that each request goes to one instance. `nats micro ls`, `nats micro
 // info seamguard` and `nats micro stats seamguard` find it ($SRV.PING,
@@ -202,9 +205,11 @@
 //     offset plus the body's length as its offset. A read at the end
 //     answers an empty body. The cursor names the object's version (a
 //     name written again has another), and the stream sequence and offset
-//     of the chunk holding the next byte, so the next read is one direct
-//     get of that chunk. Without a cursor the service counts the object's
-//     chunks from its first up to offset (slower for a large spill).
+//     of the chunk holding the next byte. A spill's writer records where
+//     each of its chunks is (package spill, ChunkIndex), so a read at any
+//     offset, with or without a cursor, is one direct get of the chunk
+//     holding it; a spill without that record is read chunk by chunk from
+//     its first up to offset.
 //   - Every request gets exactly one reply, of at most 512 KiB of data
 //     plus headers: no flow control is needed, and a lost reply is asked
 //     for again.
@@ -236,13 +241,17 @@
 //
 // Bounds: a request is at most 1 KiB, a name 256 bytes, a cursor 80 bytes,
 // a reply 512 KiB of data; each request gets at most 5 seconds of work (an
-// object info and a chunk read, or one read per chunk up to the offset
-// without a cursor). An instance answers one request at a time and queues
-// at most 256 of them (8 MiB); NATS drops the rest, and their callers time
-// out and ask again, perhaps of another instance. Deployments grant the
-// processor's identity subscribe on <prefix>.recover.> and $SRV.> and
-// allow_responses, agents publish on <prefix>.recover.> (or on their own
-// sessions' subjects), operators publish on $SRV.> (deploy/nats/accounts.conf).
+// object info and a chunk read). Answers go only to reply subjects inside
+// Config.ReplyPrefixes; a request naming any other gets no answer, and is
+// counted and logged (service.go). An instance answers with 4 workers,
+// one request of a session at a time, round-robin over the sessions with
+// requests waiting; at most 8 of a session and 512 in all wait, and more
+// are answered 503 at once, as is a request that waited past 5 seconds.
+// Deployments give the responder identity subscribe on <prefix>.recover.>
+// and $SRV.> and publish on the inbox prefixes alone (no allow_responses,
+// on it or on the processor's identity); agents publish on
+// <prefix>.recover.> (or on their own sessions' subjects), operators on
+// $SRV.> (deploy/nats/permissions.conf).
 //
 // Rebuild derives every session's state from the events stream alone and
 // compares it with the bucket (see its doc for how spill outcomes are found).

@@ -204,6 +204,11 @@ func (r *recoverService) receive(m *nats.Msg) {
 		r.reply(m, time.Now(), nil, nil, refuse(400, "%q is not a recover subject: ask on %s with one of your session ids", events.Excerpt(m.Subject), r.subj.Recover("<session>")))
 		return
 	}
+	if len(m.Data) > events.MaxRecoverRequestBytes {
+		// Refused before it waits, so that the queue holds small requests only.
+		r.reply(m, time.Now(), nil, nil, refuse(413, "the request has %d bytes; at most %d are read", len(m.Data), events.MaxRecoverRequestBytes))
+		return
+	}
 	if why := r.queue.push(serviceRequest{msg: m, session: session, at: time.Now()}); why != "" {
 		r.denied.deny(DeniedOverload, m.Subject, m.Reply)
 		r.reply(m, time.Now(), nil, nil, refuse(503, "%s", why))
