@@ -42,6 +42,10 @@ var (
 	SpillBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 )
 
+// ServiceDeniedReasons are the reason label values of
+// seamguard_service_denied_total.
+var ServiceDeniedReasons = []string{processor.DeniedReply, processor.DeniedOverload}
+
 // InputTypes are the type label values of inputs: the short names of the
 // contract's input types (without "io.seamguard."), and TypeInvalid.
 var InputTypes = []string{

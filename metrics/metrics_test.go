@@ -145,6 +145,9 @@ func TestRecorder(t *testing.T) {
 		allowed[l][metrics.Other] = true
 	}
 	allowed["reason"][metrics.ReasonNone] = true
+	for _, v := range metrics.ServiceDeniedReasons {
+		allowed["reason"][v] = true
+	}
 	allowed["reason"][metrics.ReasonMultiple] = true
 	for name, f := range s {
 		if !strings.HasPrefix(name, "seamguard_") {

@@ -463,7 +463,15 @@ func (r *recoverService) read(ctx context.Context, info *jetstream.ObjectInfo, r
 	}
 	subject := "$O." + info.Bucket + ".C." + info.NUID
 	if idx, ok := spill.ChunkIndexOf(info); ok && info.Opts != nil && info.Opts.ChunkSize > 0 {
-		return r.readIndexed(ctx, str, info, idx, rq, at, given, subject)
+		body, next, err := r.readIndexed(ctx, str, info, idx, rq, at, given, subject)
+		if !errors.Is(err, errNotIndexed) {
+			return body, next, err
+		}
+		// The chunk is not where the index says (the object was written
+		// again, or a chunk was replaced): read as without an index,
+		// which finds the chunks wherever they are, and the caller's
+		// digest check says whether they are the object's.
+		at, given = cursor{nuid: info.NUID, seq: 1}, false
 	}
 	// Each pass reads one chunk at a higher sequence, at most the
 	// object's chunk count of them.
@@ -526,11 +534,11 @@ func (r *recoverService) readIndexed(ctx context.Context, str jetstream.Stream, 
 	m, err := str.GetMsg(ctx, seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return nil, "", refuse(503, "chunk %d of %s is not in bucket %s at sequence %d (written again meanwhile, or a replica behind its leader): ask again", k, info.Name, info.Bucket, seq)
+		return nil, "", errNotIndexed
 	case err != nil:
 		return nil, "", jetstreamFailure("read a chunk of "+info.Name, err)
 	case m.Subject != subject:
-		return nil, "", refuse(503, "sequence %d of bucket %s is not chunk %d of %s (written again meanwhile?): ask again", seq, info.Bucket, k, info.Name)
+		return nil, "", errNotIndexed
 	}
 	start := k * size
 	n := uint64(len(m.Data))
@@ -549,6 +557,9 @@ func (r *recoverService) readIndexed(ctx context.Context, str jetstream.Stream, 
 	}
 	return m.Data[skip:end], next.String(), nil
 }
+
+// errNotIndexed: a chunk is not at the sequence its object's index says.
+var errNotIndexed = errors.New("processor: the chunk is not where the spill's index says")
 
 // chunkStream returns the bucket's stream, opening it on first use.
 func (r *recoverService) chunkStream(ctx context.Context) (jetstream.Stream, error) {
