@@ -95,6 +95,7 @@ type Recorder struct {
 	stuckSession    *prometheus.GaugeVec
 	stuckMu         sync.Mutex
 	stuckNamed      map[string]bool
+	storeMissing    *prometheus.GaugeVec
 
 	byType   map[string]prometheus.Counter // read-only after New
 	okCode   map[events.Code]bool
@@ -178,14 +179,18 @@ func New() *Recorder {
 			Help: "1 for each stuck session, by session id (at most 64 are named; seamguard_sessions_stuck counts them all).",
 		}, []string{"session"}),
 		stuckNamed: map[string]bool{},
-		byType:     map[string]prometheus.Counter{},
-		okCode:     map[events.Code]bool{},
-		okReason:   map[events.ReasonCode]bool{},
-		okKind:     map[string]bool{},
+		storeMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seamguard_store_missing",
+			Help: "1 while the stream behind one of the processor's stores (events, verdicts, sessions, spills, leases) does not exist, by stream name; the processor is unready meanwhile.",
+		}, []string{"stream"}),
+		byType:   map[string]prometheus.Counter{},
+		okCode:   map[events.Code]bool{},
+		okReason: map[events.ReasonCode]bool{},
+		okKind:   map[string]bool{},
 	}
 	r.reg.MustRegister(r.events, r.rejections, r.verdicts, r.reasons, r.spills, r.spillBytes, r.spillFailures,
 		r.spillSeconds, r.decision, r.snapshot, r.casConflicts, r.consumerLag, r.consumerPending, r.pollErrors,
-		r.stuck, r.stuckSession,
+		r.stuck, r.stuckSession, r.storeMissing,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range InputTypes {
 		r.byType[t] = r.events.WithLabelValues(t)
@@ -314,6 +319,16 @@ func (r *Recorder) Stuck(session string, stuck bool) {
 		delete(r.stuckNamed, session)
 		r.stuckSession.DeleteLabelValues(session)
 	}
+}
+
+// StoreMissing sets seamguard_store_missing for stream: 1 while it is
+// missing, 0 once it exists again.
+func (r *Recorder) StoreMissing(stream string, missing bool) {
+	v := 0.0
+	if missing {
+		v = 1
+	}
+	r.storeMissing.WithLabelValues(stream).Set(v)
 }
 
 // SyncAlways sets seamguard_nats_sync_always: 1 when every NATS server
