@@ -42,16 +42,16 @@ type watchedStore struct {
 // stores lists what the processor needs, in the order it is checked.
 func (p *Processor) stores() []watchedStore {
 	n := p.cfg.Names()
-	restore := "restore it from a backup, or restart seamguard serve, which creates it again empty"
+	wait := "; decisions wait, their inputs unacknowledged, until it is back"
 	return []watchedStore{
 		{n.Events, "the events stream " + n.Events,
-			"restore it from a backup, or restart seamguard serve, which creates it (and its consumers) again empty: the events it held are lost, and sessions whose state needs them halt when they next need them"},
+			"restore it from a backup, then restart seamguard serve, which creates its consumers again; do not let serve create it empty while the session bucket holds states, since its sequence numbers would start again (see Readiness in docs/operating.md)"},
 		{n.Verdicts, "the verdict stream " + n.Verdicts,
-			restore + ": the verdicts it held are lost to subscribers and replay; decisions wait, their inputs unacknowledged, until it is back"},
+			"restore it from a backup, or restart seamguard serve --rebuild, which creates it again and republishes the verdicts of every input the events stream still holds" + wait},
 		{"KV_" + n.Sessions, "the session bucket " + n.Sessions + " (stream KV_" + n.Sessions + ")",
-			restore + " (sessions are then caught up from the events stream); decisions wait, their inputs unacknowledged, until it is back"},
+			"restart seamguard serve, which creates it again empty (each session is caught up from the events stream before its next decision), or restore it from a backup" + wait},
 		{"OBJ_" + n.Spills, "the spill object store " + n.Spills + " (stream OBJ_" + n.Spills + ")",
-			restore + ": the spills it held are lost; compactions that need a spill wait, their inputs unacknowledged, until it is back"},
+			"restore it from a backup, or restart seamguard serve, which creates it again empty (the spills it held are lost); compactions that need a spill wait, their inputs unacknowledged, until it is back"},
 		{"KV_" + n.Leases, "the leases bucket " + n.Leases + " (stream KV_" + n.Leases + ")",
 			"restart seamguard serve, which creates it again (it holds nothing that outlives the lease TTL); until then no partition lease can be renewed or taken"},
 	}

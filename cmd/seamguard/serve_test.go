@@ -426,7 +426,7 @@ func TestServeReadyzMissingStore(t *testing.T) {
 		var code int
 		code, body = get("/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "spill object store seamguard-spills")
-	}, 10*time.Second, 20*time.Millisecond, "/readyz does not name the missing store: %s", body)
+	}, 10*time.Second, 20*time.Millisecond, "/readyz does not name the missing store")
 	assert.Contains(t, body, "restart seamguard serve")
 	_, m := get("/metrics")
 	assert.Contains(t, m, `seamguard_store_missing{stream="`+stream+`"} 1`)
