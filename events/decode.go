@@ -420,20 +420,6 @@ func attrEqual(name string, raw json.RawMessage, hv string) bool {
 	return false
 }
 
-// parseTime parses an RFC 3339 timestamp. The result is in UTC when the
-// offset is zero, else in an unnamed fixed zone, so that it does not depend
-// on the local time zone.
-func parseTime(s string) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, false
-	}
-	if _, off := t.Zone(); off != 0 {
-		return t.In(time.FixedZone("", off)), true
-	}
-	return t.UTC(), true
-}
-
 // validate checks the envelope against the contract and decodes the data.
 // onSubject, when not nil, checks the session against the NATS subject.
 func (env *envelope) validate(onSubject func(session string) *Error) (*Event, *Error) {

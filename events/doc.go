@@ -83,7 +83,8 @@
 //     rejects nesting deeper than 10000 levels (malformed or bad_data), so
 //     hostile input cannot exhaust the stack, and all work is linear in the
 //     input size.
-//   - Event.Time keeps the offset it was sent with (UTC when zero).
+//   - Event.Time keeps the offset it was sent with (UTC when zero); a
+//     leap second (:60) is the last nanosecond before it ends (see parseTime).
 //
 // # Bounds
 //

@@ -100,6 +100,7 @@ type Recorder struct {
 	stuckMu         sync.Mutex
 	stuckNamed      map[string]bool
 	serviceDenied   *prometheus.CounterVec
+	storeMissing    *prometheus.GaugeVec
 
 	byType   map[string]prometheus.Counter // read-only after New
 	okCode   map[events.Code]bool
@@ -187,6 +188,10 @@ func New() *Recorder {
 			Name: "seamguard_service_denied_total",
 			Help: "Requests to the processor's services (the recover service) not served: reason reply_subject (a reply subject outside the inbox prefixes; no answer) or overloaded (a full queue; answered 503).",
 		}, []string{"reason"}),
+		storeMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seamguard_store_missing",
+			Help: "1 while the stream behind one of the processor's stores (events, verdicts, sessions, spills, leases) does not exist, by stream name; the processor is unready meanwhile.",
+		}, []string{"stream"}),
 		byType:   map[string]prometheus.Counter{},
 		okCode:   map[events.Code]bool{},
 		okReason: map[events.ReasonCode]bool{},
@@ -194,7 +199,7 @@ func New() *Recorder {
 	}
 	r.reg.MustRegister(r.events, r.rejections, r.verdicts, r.reasons, r.spills, r.spillBytes, r.spillFailures,
 		r.spillSeconds, r.decision, r.snapshot, r.casConflicts, r.consumerLag, r.consumerPending, r.pollErrors,
-		r.stuck, r.stuckSession, r.serviceDenied,
+		r.stuck, r.stuckSession, r.serviceDenied, r.storeMissing,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range InputTypes {
 		r.byType[t] = r.events.WithLabelValues(t)
@@ -333,6 +338,16 @@ func (r *Recorder) Stuck(session string, stuck bool) {
 		delete(r.stuckNamed, session)
 		r.stuckSession.DeleteLabelValues(session)
 	}
+}
+
+// StoreMissing sets seamguard_store_missing for stream: 1 while it is
+// missing, 0 once it exists again.
+func (r *Recorder) StoreMissing(stream string, missing bool) {
+	v := 0.0
+	if missing {
+		v = 1
+	}
+	r.storeMissing.WithLabelValues(stream).Set(v)
 }
 
 // SyncAlways sets seamguard_nats_sync_always: 1 when every NATS server

@@ -67,7 +67,9 @@
 //     for (package spill);
 //   - publish.go: publishing verdicts and confirming their acks;
 //   - ackwindow.go, lease.go: the ack window and the partition leases;
-//   - retry.go: which failures are waited out, and for how long.
+//   - retry.go: which failures are waited out, and for how long;
+//   - stores.go: the watch over the streams behind every store, which
+//     makes the processor unready while one is missing.
 //
 // runtime.go starts and stops it all (New, Run); provision.go makes the
 // streams and buckets, rebuild.go rebuilds state from the events stream,

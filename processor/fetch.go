@@ -221,6 +221,7 @@ func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, pa
 			p.log.Error("consumer stopped", "err", err)
 			return err
 		}
+		p.noticeFailure(err)
 		p.log.Warn("fetching failed; retrying", "consumer", name, "err", err)
 		if attempt >= 2 {
 			p.health.set("consumer "+name, fmt.Errorf("fetching fails: %w", err))

@@ -61,6 +61,14 @@ func (t *troubles) clear(key string) (was bool) {
 	return true
 }
 
+// has reports whether key is a trouble now.
+func (t *troubles) has(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[key]
+	return ok
+}
+
 // err describes every trouble, the oldest first, or returns nil.
 func (t *troubles) err() error {
 	t.mu.Lock()
@@ -80,7 +88,9 @@ func (t *troubles) err() error {
 	})
 	const most = 8
 	var b strings.Builder
+	errs := []error{ErrNotReady}
 	for i, k := range keys {
+		errs = append(errs, t.m[k].err)
 		if i == most {
 			fmt.Fprintf(&b, "; and %d more", len(keys)-most)
 			break
@@ -90,8 +100,18 @@ func (t *troubles) err() error {
 		}
 		fmt.Fprintf(&b, "%s: %v (since %s)", k, t.m[k].err, t.m[k].since.UTC().Format(time.RFC3339))
 	}
-	return fmt.Errorf("%w: %s", ErrNotReady, b.String())
+	return notReady{msg: ErrNotReady.Error() + ": " + b.String(), errs: errs}
 }
+
+// notReady is what Ready reports: ErrNotReady and every trouble's error,
+// for errors.Is and errors.As, in one message.
+type notReady struct {
+	msg  string
+	errs []error
+}
+
+func (e notReady) Error() string   { return e.msg }
+func (e notReady) Unwrap() []error { return e.errs }
 
 // ErrNotReady wraps what Ready reports while the processor consumes but
 // cannot do all of its work.
@@ -108,8 +128,9 @@ func (p *Processor) StuckSessions() int { return int(p.health.stuck.Load()) }
 // RetryFor once, not once per session. The zero value never gives up (a
 // Rebuild, which runs before consuming and fails as a whole).
 type budget struct {
-	limit time.Duration
-	first time.Time
+	limit  time.Duration
+	first  time.Time
+	notice func(error) // told of every failure; may be nil
 }
 
 // errGaveUp wraps a transient failure that outlasted the retry budget.
@@ -123,6 +144,9 @@ var errPermanent = errors.New("processor: failure retrying cannot fix")
 // caller gives up at once; otherwise it sleeps the backoff (never past the
 // budget) and returns nil, or ctx's error.
 func (b *budget) retry(ctx context.Context, n int, err error) error {
+	if b != nil && b.notice != nil {
+		b.notice(err)
+	}
 	if permanentFailure(err) {
 		return fmt.Errorf("%w: %w", errPermanent, err)
 	}

@@ -48,6 +48,11 @@ type Observer interface {
 	// outside the inbox prefixes, left unanswered) or DeniedOverload (a
 	// full queue, answered 503).
 	ServiceDenied(reason string)
+	// StoreMissing is called when the stream behind one of the processor's
+	// stores (events, verdicts, sessions, spills, leases) is found missing
+	// (missing true), and when it exists again. It is called from the
+	// goroutine that watches the stores, not on the path of a message.
+	StoreMissing(stream string, missing bool)
 }
 
 // WithObserver sets the Observer; the default observes nothing.
@@ -64,6 +69,7 @@ func (nopObserver) Stored(time.Duration)                      {}
 func (nopObserver) CASConflict()                              {}
 func (nopObserver) Stuck(string, bool)                        {}
 func (nopObserver) ServiceDenied(string)                      {}
+func (nopObserver) StoreMissing(string, bool)                 {}
 
 // observe reports an output the verdict stream has acknowledged to the
 // Observer and to the log: refusals, halts, violations and rejections at

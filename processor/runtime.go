@@ -43,7 +43,8 @@ type Processor struct {
 	mu    sync.Mutex
 	abort context.CancelFunc
 
-	health troubles
+	health   troubles
+	checkNow chan struct{} // asks watchStores for a check now; see noticeFailure
 
 	running                                      atomic.Bool
 	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
@@ -105,6 +106,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 		log:  slog.New(slog.DiscardHandler),
 		now:  time.Now,
 		obs:  nopObserver{},
+
+		checkNow: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(p)
@@ -260,6 +263,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.sweepSpills(hard)
 	}()
 	defer func() { cancel(); <-sweepDone }()
+	storesDone := make(chan struct{})
+	go func() {
+		defer close(storesDone)
+		p.watchStores(hard)
+	}()
+	defer func() { cancel(); <-storesDone }()
 	stopRecover := p.serveRecover(ctx, hard) // stops when the drain begins
 	defer stopRecover()
 

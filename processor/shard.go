@@ -251,7 +251,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	// stored state. Until one of its inputs is finished it is stuck, and
 	// the processor reports itself unready. Every other session of the
 	// batch goes on. Only the end of Run (ctx) stops the batch.
-	b := &budget{limit: p.cfg.RetryFor}
+	b := &budget{limit: p.cfg.RetryFor, notice: p.noticeFailure}
 	s.fill(ctx, batch)
 	defer s.pre.clear()
 	park := func(id string, err error) error {
@@ -261,6 +261,7 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		if fenced[id] {
 			return nil
 		}
+		p.noticeFailure(err)
 		if p.health.set(stuckPrefix+id, err) {
 			p.obs.Stuck(id, true)
 		}

@@ -115,6 +115,16 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 		// Retrying cannot fix a full bucket or store, the session's quota,
 		// or a refusal: the session halts at once (rule 5).
 		permanent := permanentFailure(err)
+		p.noticeFailure(err)
+		// A store deleted under the processor is an operator's doing, not
+		// the session's: the input waits, unacknowledged, until it is back.
+		if !permanent && (storeMissing(err) || p.storeGone("OBJ_"+p.cfg.Names().Spills) || p.storeGone(p.cfg.Names().Events)) {
+			if rerr := b.retry(ctx, attempt, err); rerr != nil {
+				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: a store is missing: %w", req.Name, rerr)
+			}
+			p.log.Warn("spill waits: a store it needs is missing", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
+			continue
+		}
 		if !permanent && (errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err))) {
 			if rerr := b.retry(ctx, attempt, err); rerr != nil {
 				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: %w", req.Name, rerr)

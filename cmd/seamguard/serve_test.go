@@ -23,6 +23,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/processor"
 )
 
 // fleet builds a workload from the shipped stories: copies of each, with
@@ -384,6 +385,58 @@ func TestServeHealth(t *testing.T) {
 		return get("/healthz") == http.StatusServiceUnavailable && get("/readyz") == http.StatusServiceUnavailable
 	},
 		10*time.Second, 20*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// TestServeReadyzMissingStore deletes the spill object store's stream
+// under a running serve: /readyz answers 503 naming the store and what to
+// do, seamguard_store_missing says which stream, one error is logged; once
+// the store is created again (as serve's start does), /readyz is 200 again.
+func TestServeReadyzMissingStore(t *testing.T) {
+	srv := embedded.StartTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--nats-url", srv.Server.ClientURL(), "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), &out, &errb)
+	}()
+	url := healthBase(t, &errb)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
+
+	const stream = "OBJ_seamguard-spills"
+	require.NoError(t, srv.JS.DeleteStream(ctx, stream))
+	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "spill object store seamguard-spills")
+	}, 10*time.Second, 20*time.Millisecond, "/readyz does not name the missing store")
+	assert.Contains(t, body, "restart seamguard serve")
+	_, m := get("/metrics")
+	assert.Contains(t, m, `seamguard_store_missing{stream="`+stream+`"} 1`)
+
+	_, err := processor.Provision(ctx, srv.JS, processor.Config{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
+	_, m = get("/metrics")
+	assert.Contains(t, m, `seamguard_store_missing{stream="`+stream+`"} 0`)
+	assert.Equal(t, 1, strings.Count(errb.String(), `"msg":"store missing`), "one error logged for the store going missing:\n%s", errb.String())
 	cancel()
 	select {
 	case <-done:

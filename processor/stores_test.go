@@ -1,0 +1,110 @@
+package processor_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/processor"
+)
+
+// TestMissingStoreMakesUnready deletes, one at a time, each stream behind
+// a store the processor needs under a running processor: Ready names the
+// store within a few seconds, and once it is created again (as a restart
+// of serve would, through Provision) the processor is ready again. The
+// events stream takes its consumers with it: the processor stops, naming
+// them, and a new one consumes the stream created again.
+func TestMissingStoreMakesUnready(t *testing.T) {
+	base := baseConfig()
+	n := base.Names()
+	for _, tc := range []struct{ stream, names string }{
+		{n.Verdicts, "verdict stream " + n.Verdicts},
+		{"KV_" + n.Sessions, "session bucket " + n.Sessions},
+		{"OBJ_" + n.Spills, "spill object store " + n.Spills},
+		{"KV_" + n.Leases, "leases bucket " + n.Leases},
+		{n.Events, "events stream " + n.Events},
+	} {
+		t.Run(tc.stream, func(t *testing.T) {
+			e := newEnv(t)
+			cfg := baseConfig()
+			r := e.start(t, cfg)
+			waitFor(t, 10*time.Second, "the processor ready", func() bool { return r.p.Ready() == nil })
+
+			require.NoError(t, e.JS.DeleteStream(e.ctx, tc.stream))
+			var last error
+			waitFor(t, 10*time.Second, "Ready naming the missing "+tc.names, func() bool {
+				last = r.p.Ready()
+				return last != nil && strings.Contains(last.Error(), tc.names)
+			})
+			require.ErrorIs(t, last, processor.ErrNotReady)
+			require.ErrorIs(t, last, processor.ErrStoreMissing)
+			require.ErrorContains(t, last, "restart seamguard serve")
+
+			_, err := processor.Provision(e.ctx, e.JS, cfg)
+			require.NoError(t, err)
+			if tc.stream == n.Events {
+				select {
+				case err := <-r.done:
+					r.ended, r.err = true, err
+				case <-time.After(15 * time.Second):
+					t.Fatal("the processor kept running without its consumers")
+				}
+				// Whichever of its consumers notices first stops it.
+				require.ErrorContains(t, r.err, "on "+n.Events+" stopped")
+				require.Regexp(t, `consumer seamguard-(p0|invalid) on`, r.err.Error())
+				r = e.start(t, cfg)
+			}
+			waitFor(t, 15*time.Second, "the processor ready again", func() bool {
+				last = r.p.Ready()
+				return last == nil
+			})
+		})
+	}
+}
+
+// TestSpillWaitsForMissingSpillStore asks for a compaction that needs a
+// spill while the spill object store is gone: the session does not halt,
+// its input waits unacknowledged, and once the store is back the
+// compaction is refused with a spill, as it would have been.
+func TestSpillWaitsForMissingSpillStore(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.AckWait = 2 * time.Second
+	cfg.RetryFor = time.Second
+	r := e.start(t, cfg)
+	waitFor(t, 10*time.Second, "the processor ready", func() bool { return r.p.Ready() == nil })
+
+	spills := "OBJ_" + cfg.Names().Spills
+	require.NoError(t, e.JS.DeleteStream(e.ctx, spills))
+	waitFor(t, 10*time.Second, "Ready naming the missing spill store", func() bool {
+		return errors.Is(r.p.Ready(), processor.ErrStoreMissing)
+	})
+
+	s := &sessionScript{ID: "needsspill"}
+	s.Open("turns", 4, "turns")
+	s.Turns(10, 1)
+	s.Truncate(0, 3)
+	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+	e.publishAll(t, scriptMsgs(t, cfg.Subjects(), s))
+
+	waitFor(t, 30*time.Second, "the session stuck, waiting for the store", func() bool { return r.p.StuckSessions() == 1 })
+	require.ErrorContains(t, r.p.Ready(), "session needsspill")
+	kinds := verdictsOf(t, e, cfg, "needsspill")
+	require.Zero(t, kinds[events.TypeSessionHalted], "a missing store halts no session: %v", kinds)
+	require.Zero(t, kinds[events.TypeCompactionRefused], "nothing is decided without the store: %v", kinds)
+
+	_, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the compaction refused with its spill once the store is back", func() bool {
+		k := verdictsOf(t, e, cfg, "needsspill")
+		return k[events.TypeCompactionRefused] == 1 && k[events.TypeTranscriptSpilled] == 1
+	})
+	waitFor(t, 15*time.Second, "the processor ready again", func() bool { return r.p.Ready() == nil })
+	kinds = verdictsOf(t, e, cfg, "needsspill")
+	require.Zero(t, kinds[events.TypeSessionHalted], fmt.Sprint(kinds))
+}
