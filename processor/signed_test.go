@@ -1,14 +1,19 @@
 package processor_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/internal/workload"
+	"github.com/seamguard/seamguard/processor"
 )
 
 // TestVerdictsSigned: every output of a workload that yields every kind
@@ -84,4 +89,61 @@ func r2key(t *testing.T) string {
 	k, err := attest.Generate()
 	require.NoError(t, err)
 	return k.PublicKey()
+}
+
+// BenchmarkVerdictPublish puts the cost of signing beside the cost of
+// publishing: verdict-sized messages published to the verdict stream (file
+// storage, fsync before every ack, as serve's embedded server runs), in
+// windows of 256 asynchronous publishes, with and without the signature
+// headers. Per op: one verdict, its publish and its ack.
+func BenchmarkVerdictPublish(b *testing.B) {
+	srv := embedded.StartTest(b)
+	ctx := b.Context()
+	cfg := processor.Config{Partitions: 1}
+	_, err := processor.Provision(ctx, srv.JS, cfg)
+	require.NoError(b, err)
+	key, err := attest.Generate()
+	require.NoError(b, err)
+	o := events.Output{Type: events.TypeCompactionAllowed, Session: "bench-session", Cause: events.Cause{ID: "e", Source: "urn:bench"},
+		Data: &events.CompactionAllowed{RequestID: "r", Head: 120, TailStart: 100, SummaryCoverage: []events.Range{{Start: 0, End: 100}}}}
+	_, subject, body, err := events.Encoder{Source: "urn:seamguard:bench"}.Encode(o)
+	require.NoError(b, err)
+	for _, signed := range []bool{false, true} {
+		name := "unsigned"
+		if signed {
+			name = "signed"
+		}
+		b.Run(name, func(b *testing.B) {
+			var futures []jetstream.PubAckFuture
+			wait := func() {
+				for _, f := range futures {
+					select {
+					case <-f.Ok():
+					case err := <-f.Err():
+						b.Fatal(err)
+					}
+				}
+				futures = futures[:0]
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				m := nats.NewMsg(subject)
+				m.Data = body
+				m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", name, i))
+				if signed {
+					key.SignMsg(m.Header, body)
+				}
+				f, err := srv.JS.PublishMsgAsync(m)
+				if err != nil {
+					b.Fatal(err)
+				}
+				futures = append(futures, f)
+				if len(futures) == 256 {
+					wait()
+				}
+			}
+			wait()
+		})
+	}
 }
