@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/attest"
@@ -93,15 +94,11 @@ func r2key(t *testing.T) string {
 
 // BenchmarkVerdictPublish puts the cost of signing beside the cost of
 // publishing: verdict-sized messages published to the verdict stream (file
-// storage, fsync before every ack, as serve's embedded server runs), in
-// windows of 256 asynchronous publishes, with and without the signature
-// headers. Per op: one verdict, its publish and its ack.
+// storage, fsync before every ack, as serve's embedded server runs; a
+// server for each), in windows of 256 asynchronous publishes, with and
+// without the signature headers. Per op: one verdict, its publish and its
+// ack.
 func BenchmarkVerdictPublish(b *testing.B) {
-	srv := embedded.StartTest(b)
-	ctx := b.Context()
-	cfg := processor.Config{Partitions: 1}
-	_, err := processor.Provision(ctx, srv.JS, cfg)
-	require.NoError(b, err)
 	key, err := attest.Generate()
 	require.NoError(b, err)
 	o := events.Output{Type: events.TypeCompactionAllowed, Session: "bench-session", Cause: events.Cause{ID: "e", Source: "urn:bench"},
@@ -114,6 +111,11 @@ func BenchmarkVerdictPublish(b *testing.B) {
 			name = "signed"
 		}
 		b.Run(name, func(b *testing.B) {
+			// A server of its own, so that neither runs on the other's store.
+			srv := embedded.StartTest(b)
+			_, err := processor.Provision(b.Context(), srv.JS, processor.Config{Partitions: 1})
+			require.NoError(b, err)
+			run := nuid.Next() // ids unique across runs: no publish is a duplicate
 			var futures []jetstream.PubAckFuture
 			wait := func() {
 				for _, f := range futures {
@@ -130,7 +132,7 @@ func BenchmarkVerdictPublish(b *testing.B) {
 				i++
 				m := nats.NewMsg(subject)
 				m.Data = body
-				m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", name, i))
+				m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%s-%d", name, run, i))
 				if signed {
 					key.SignMsg(m.Header, body)
 				}
