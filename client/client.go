@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 )
 
@@ -30,6 +31,10 @@ var (
 	ErrNotRetryable = errors.New("client: verdict is not a retryable refusal")
 	// ErrInvalid: an argument is out of range; nothing was published.
 	ErrInvalid = errors.New("client: invalid argument")
+	// ErrUnattributed: a message claiming to answer a request failed
+	// verification (attest.ErrUnattributed); ErrNoVerdict errors wrap it
+	// when such messages came and no genuine verdict did.
+	ErrUnattributed = attest.ErrUnattributed
 )
 
 // Client publishes the events of agent sessions to seamguard and waits for
@@ -40,6 +45,7 @@ type Client struct {
 	js       jetstream.JetStream
 	cfg      Config
 	subjects events.Subjects
+	verifier *attest.Verifier
 	now      func() time.Time
 }
 
@@ -59,7 +65,12 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Client{nc: nc, js: js, cfg: cfg, subjects: events.Subjects{Prefix: cfg.Prefix}, now: time.Now}, nil
+	subjects := events.Subjects{Prefix: cfg.Prefix}
+	ver, err := attest.NewVerifier(subjects, cfg.TrustedKeys...)
+	if err != nil {
+		return nil, fmt.Errorf("client: TrustedKeys: %w", err)
+	}
+	return &Client{nc: nc, js: js, cfg: cfg, subjects: subjects, verifier: ver, now: time.Now}, nil
 }
 
 // Config returns the client's configuration with every default filled in.

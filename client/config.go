@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 )
 
@@ -47,6 +48,20 @@ type Config struct {
 	// method gives up (a lost ack, no stream responding, a reconnect); 0
 	// means 5. Every attempt carries the same Nats-Msg-Id.
 	PublishAttempts int
+	// TrustedKeys are the public NKeys (N…) of the processors whose
+	// verdicts the client believes: what serve logs as signing_key. Give
+	// several during a key rotation; an element may also hold several,
+	// separated by commas or white space. Empty means that a verdict's
+	// signature is checked against the key it names, whoever that is
+	// (Verdict.Trusted is then false): set it in production. Either way
+	// a verdict that fails verification is never returned as an answer;
+	// see OnUnattributed.
+	TrustedKeys []string
+	// OnUnattributed, when set, is called (on the goroutine waiting for a
+	// verdict) for every message on a session's verdict subjects that
+	// fails verification: unsigned, signed by a key not trusted, changed
+	// after signing, or a verdict of another session or kind.
+	OnUnattributed func(Unattributed)
 }
 
 // Validate reports every problem with c at once.
@@ -65,6 +80,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckTimeout < 0 {
 		errs = append(errs, fmt.Errorf("client: AckTimeout is %s; it must be 0 (the default, 5s) or more", c.AckTimeout))
+	}
+	if _, err := attest.ParseKeys(c.TrustedKeys...); err != nil {
+		errs = append(errs, fmt.Errorf("client: TrustedKeys: %w", err))
 	}
 	if c.PublishAttempts < 0 {
 		errs = append(errs, fmt.Errorf("client: PublishAttempts is %d; it must be 0 (the default, 5) or more", c.PublishAttempts))

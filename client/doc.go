@@ -72,6 +72,21 @@
 // says what was carried (the agent must put those turns back), and its
 // Previous is the refusal before it.
 //
+// # Attributable verdicts
+//
+// Every message on the verdict subjects is verified before it counts
+// (package attest): the processor signs each verdict's bytes with its
+// NKey (headers Seamguard-Signer and Seamguard-Signature), and the
+// verdict must be about the session and of the kind its subject names.
+// Config.TrustedKeys lists the processors' public keys; without them a
+// signature is checked against the key it names, which anyone can make.
+// A message that fails is never returned as an answer: it is passed to
+// Config.OnUnattributed, listed in the returned Verdict's Unattributed
+// when it claimed to answer the request, and, when no genuine verdict
+// comes before the context ends, named in the ErrNoVerdict error, which
+// then also wraps ErrUnattributed. Verdict.Signer and Verdict.Trusted say
+// who signed the answer.
+//
 // A core subscription is at-most-once: a verdict published while the
 // client's connection is down is not delivered to it, and RequestCompaction
 // then waits until its context ends. The verdict is still in the verdict

@@ -29,6 +29,30 @@ type Verdict struct {
 	// handle, if one was written; its own Previous the one before); nil
 	// otherwise.
 	Previous *Verdict
+	// Signer is the public NKey whose signature the verdict carries, and
+	// Trusted whether it is one of Config.TrustedKeys (false when none
+	// are configured: the signature was checked, not who made it).
+	Signer  string
+	Trusted bool
+	// Unattributed are the messages that claimed to answer this request
+	// while the client waited, and failed verification (forgeries, or a
+	// verdict signed by a key not yet trusted): they were not taken for
+	// the answer.
+	Unattributed []Unattributed
+}
+
+// Unattributed is a message on a session's verdict subjects that failed
+// verification (package attest): it is not a verdict the processor
+// decided, or not one about this subject.
+type Unattributed struct {
+	// Subject is the NATS subject it arrived on.
+	Subject string
+	// Err says why: an *attest.Error, whose Reason is unsigned,
+	// bad_signature, untrusted_signer, misrouted or malformed;
+	// errors.Is(Err, ErrUnattributed) holds.
+	Err error
+	// Claims is its body decoded as a verdict, or nil when it is none.
+	Claims *events.Verdict
 }
 
 // Allowed returns the verdict's data if the compaction was allowed, else nil.
@@ -84,11 +108,16 @@ func (v *Verdict) DroppedPins() (pins []events.Range, complete bool) {
 }
 
 // RejectedError is returned when seamguard rejected the compaction.requested
-// event itself (it was not a valid event): the event.rejected verdict.
+// event itself (it was not a valid event): the event.rejected verdict,
+// verified as any verdict is.
 type RejectedError struct {
 	Session   string
 	EventID   string
 	Rejection *events.EventRejected
+	// Signer is the key that signed the rejection; Unattributed, as for
+	// Verdict.
+	Signer       string
+	Unattributed []Unattributed
 }
 
 func (e *RejectedError) Error() string {
@@ -121,11 +150,16 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 	if err != nil {
 		return nil, err
 	}
+	var forged []Unattributed // claimed to answer, failed verification
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				continue // some verdicts were dropped; ours may still come
+			}
+			if ctx.Err() != nil && len(forged) > 0 {
+				return nil, fmt.Errorf("%w for compaction request %q of session %s (event %s) before the context ended: %w; %d message(s) claiming to answer it failed verification, the first on %s: %w",
+					ErrNoVerdict, req.RequestID, s.id, eventID, ctx.Err(), len(forged), forged[0].Subject, forged[0].Err)
 			}
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%w for compaction request %q of session %s (event %s) before the context ended: %w; is the seamguard processor running? The verdict, once decided, is on %s and in the verdict stream",
@@ -133,12 +167,21 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 			}
 			return nil, fmt.Errorf("client: waiting for the verdict of compaction request %q of session %s: %w", req.RequestID, s.id, err)
 		}
-		v, err := events.DecodeVerdict(m.Data)
-		if err != nil {
-			continue // not a verdict
+		a, verr := s.c.verifier.Verify(m.Subject, m.Header, m.Data)
+		if verr != nil {
+			u := Unattributed{Subject: m.Subject, Err: verr}
+			u.Claims, _ = events.DecodeVerdict(m.Data)
+			if s.c.cfg.OnUnattributed != nil {
+				s.c.cfg.OnUnattributed(u)
+			}
+			if u.Claims != nil && answers(u.Claims, eventID, req.RequestID) {
+				forged = append(forged, u)
+			}
+			continue // never taken for an answer
 		}
+		v := a.Verdict
 		if d, ok := v.Data.(*events.EventRejected); ok && rejects(v, d, eventID) {
-			return nil, &RejectedError{Session: s.id, EventID: eventID, Rejection: d}
+			return nil, &RejectedError{Session: s.id, EventID: eventID, Rejection: d, Signer: a.Signer, Unattributed: forged}
 		}
 		if v.Cause.ID != eventID {
 			continue // about another event
@@ -155,7 +198,7 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 			continue // transcript.spilled: the refusal that follows carries the handle
 		}
 		if requestID == req.RequestID {
-			return &Verdict{Verdict: v, Request: req, EventID: eventID}, nil
+			return &Verdict{Verdict: v, Request: req, EventID: eventID, Signer: a.Signer, Trusted: a.Trusted, Unattributed: forged}, nil
 		}
 	}
 }
@@ -247,6 +290,26 @@ func (s *Session) Compact(ctx context.Context, req events.CompactionRequested) (
 		v = next
 	}
 	return v, err
+}
+
+// answers reports whether v claims to answer the compaction request
+// (requestID) published as event eventID: as its verdict or its rejection.
+func answers(v *events.Verdict, eventID, requestID string) bool {
+	if d, ok := v.Data.(*events.EventRejected); ok {
+		return rejects(v, d, eventID)
+	}
+	if v.Cause.ID != eventID {
+		return false
+	}
+	switch d := v.Data.(type) {
+	case *events.CompactionAllowed:
+		return d.RequestID == requestID
+	case *events.CompactionRefused:
+		return d.RequestID == requestID
+	case *events.SessionHalted:
+		return d.RequestID == requestID
+	}
+	return false
 }
 
 // rejects reports whether a rejection answers the event eventID. A

@@ -33,6 +33,13 @@
 // decision again and compare it, verdict by verdict, with a verdict stream;
 // Source.Rebuild uses it to build one session's ledger without the bucket.
 //
+// Every message read from the verdict stream is verified first
+// (Source.Verifier, package attest). One that fails (unsigned, signed by a
+// key not trusted, changed after signing, a verdict of another session or
+// kind) counts for nothing: it is left out of the history and of the spill
+// outcomes, listed in Model.Unattributed, and is a Difference of kind
+// "unattributed" in a replay, never compared with a derived verdict.
+//
 // Nothing here writes to NATS, and a Source creates no consumer: it reads
 // the streams with get requests (package jsread), so the operator identity
 // it runs as needs no consumer API.

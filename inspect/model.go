@@ -207,6 +207,28 @@ type Model struct {
 	// Verdicts is the verdict stream the history was read from.
 	Verdicts string  `json:"verdict_stream"`
 	History  []Entry `json:"history"`
+	// Unattributed are the messages on the session's verdict subjects
+	// that failed verification (package attest): unsigned, signed by a
+	// key not trusted, changed, or a verdict of another session or kind.
+	// They are not in History and count for nothing in the model.
+	Unattributed []Unattributed `json:"unattributed,omitempty"`
+}
+
+// Unattributed is a message of the verdict stream that failed
+// verification: what it claims to be, where it was, and why it failed.
+type Unattributed struct {
+	Seq     uint64 `json:"seq"` // verdict stream sequence
+	Subject string `json:"subject"`
+	// Reason is attest's: unsigned, bad_signature, untrusted_signer,
+	// misrouted or malformed.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Signer  string `json:"signer,omitempty"` // the key it names, if any
+	// ID, Type and Session are what its body claims, when it decodes as
+	// a verdict.
+	ID      string `json:"id,omitempty"`
+	Type    string `json:"type,omitempty"`
+	Session string `json:"session,omitempty"`
 }
 
 // Build derives the model of a ledger view. history is the session's

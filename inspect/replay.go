@@ -45,12 +45,26 @@ type ReplayOptions struct {
 	Notes func(string)
 }
 
+// verdictSession is the session token of a verdict subject
+// "<prefix>.verdicts.<session>.<kind>", or "".
+func verdictSession(prefix, subject string) string {
+	rest, ok := strings.CutPrefix(subject, prefix+".verdicts.")
+	if !ok {
+		return ""
+	}
+	session, _, _ := strings.Cut(rest, ".")
+	return session
+}
+
 // Difference is one way the verdict stream differs from the derivation.
 type Difference struct {
 	// Kind is "missing" (derived, not recorded), "extra" (recorded, not
 	// derived), "different" (same id, other content), "duplicate" (the
-	// id recorded more than once) or "state" (the session bucket's ledger
-	// differs from the derived one; ID is then the bucket's key).
+	// id recorded more than once), "unattributed" (a message on a verdict
+	// subject that failed verification: ID, Session and Type are what it
+	// claims, Reason says why it failed; it is not compared otherwise) or
+	// "state" (the session bucket's ledger differs from the derived one;
+	// ID is then the bucket's key).
 	Kind       string `json:"kind"`
 	ID         string `json:"id"`
 	Session    string `json:"session"`
@@ -63,6 +77,11 @@ type Difference struct {
 	Fields   []string `json:"fields,omitempty"`
 	Derived  string   `json:"derived,omitempty"`  // the derived verdict, normalised
 	Recorded string   `json:"recorded,omitempty"` // the recorded one, normalised
+	// Subject and Reason, for "unattributed": the NATS subject it was on,
+	// and attest's reason (unsigned, bad_signature, untrusted_signer,
+	// misrouted or malformed).
+	Subject string `json:"subject,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // ReplayReport is what a replay found.
@@ -122,8 +141,40 @@ func (s Source) Replay(ctx context.Context, o ReplayOptions) (*ReplayReport, err
 	if o.Session != "" && rep.VerdictStream == names.Verdicts {
 		vfilters = []string{s.verdictsFilter(o.Session)}
 	}
+	ver := s.verifier()
+	// A copy of the verdict stream may store verdicts under other
+	// subjects (a stream that sources the verdict stream with a subject
+	// transform adding tokens in front): its verdicts are checked against
+	// the part of their subject from "<prefix>.verdicts." on.
+	copied := func(subject string) string {
+		if rep.VerdictStream == names.Verdicts {
+			return subject
+		}
+		if i := strings.Index(subject, "."+s.prefix()+".verdicts."); i >= 0 {
+			return subject[i+1:]
+		}
+		return subject
+	}
 	err := s.readStream(ctx, rep.VerdictStream, vfilters, nil, func(m message) error {
 		r := recorded{seq: m.Seq}
+		// What failed verification is its own difference, and is not
+		// compared: a forged verdict neither matches nor stands in for a
+		// derived one, and its spill outcome is not believed.
+		if _, verr := ver.Verify(copied(m.Subject), m.Header, m.Data); verr != nil {
+			u := unattributed(m, verr)
+			if o.Session != "" && u.Session != o.Session && verdictSession(s.prefix(), copied(u.Subject)) != o.Session {
+				return nil
+			}
+			session := u.Session
+			if session == "" {
+				session = verdictSession(s.prefix(), copied(u.Subject))
+			}
+			rep.Recorded++
+			body, _ := normalise(m.Data)
+			rep.Differences = append(rep.Differences, Difference{Kind: "unattributed", ID: u.ID, Session: session, Type: u.Type,
+				VerdictSeq: u.Seq, Subject: u.Subject, Reason: u.Reason, Fields: []string{u.Reason + ": " + u.Message}, Recorded: body})
+			return nil
+		}
 		id := fmt.Sprintf("unreadable@%d", r.seq)
 		v, err := events.DecodeVerdict(m.Data)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/processor"
@@ -24,6 +25,34 @@ var ErrNoSession = errors.New("inspect: no such session")
 type Source struct {
 	JS     jetstream.JetStream
 	Config processor.Config
+	// Verifier checks every message read from the verdict stream (see
+	// package attest); one that fails is left out of the history and the
+	// spill outcomes, and reported (Model.Unattributed, replay's
+	// "unattributed" differences). nil checks each signature against the
+	// key it names, trusting no key in particular.
+	Verifier *attest.Verifier
+}
+
+// verifier is s.Verifier, or one that trusts no key in particular.
+func (s Source) verifier() *attest.Verifier {
+	if s.Verifier != nil {
+		return s.Verifier
+	}
+	return &attest.Verifier{Subjects: s.Config.Subjects()}
+}
+
+// unattributed describes a message of the verdict stream that failed
+// verification.
+func unattributed(m message, err error) Unattributed {
+	u := Unattributed{Seq: m.Seq, Subject: m.Subject, Reason: attest.Reason(err), Message: err.Error()}
+	var e *attest.Error
+	if errors.As(err, &e) {
+		u.Message, u.Signer = e.Message, e.Signer
+	}
+	if v, derr := events.DecodeVerdict(m.Data); derr == nil {
+		u.ID, u.Type, u.Session = v.ID, v.Type, v.Session
+	}
+	return u
 }
 
 func (s Source) prefix() string {
@@ -105,21 +134,32 @@ func (s Source) count(ctx context.Context, str jetstream.Stream, filters []strin
 }
 
 // History reads the verdicts of session from the deployment's verdict
-// stream, in stream order, and the spill outcomes they record.
+// stream, in stream order, and the spill outcomes they record. Messages
+// that fail verification are left out (see HistoryChecked).
 func (s Source) History(ctx context.Context, session string) ([]Entry, *Outcomes, error) {
+	hist, out, _, err := s.HistoryChecked(ctx, session)
+	return hist, out, err
+}
+
+// HistoryChecked is History, and also returns the messages on the
+// session's verdict subjects that failed verification, in stream order.
+func (s Source) HistoryChecked(ctx context.Context, session string) ([]Entry, *Outcomes, []Unattributed, error) {
 	var hist []Entry
+	var bad []Unattributed
 	out := &Outcomes{}
+	ver := s.verifier()
 	stream := s.Config.Names().Verdicts
 	err := s.readStream(ctx, stream, []string{s.verdictsFilter(session)}, nil, func(m message) error {
-		v, err := events.DecodeVerdict(m.Data)
+		a, err := ver.Verify(m.Subject, m.Header, m.Data)
 		if err != nil {
-			return nil // not seamguard's; replay reports such messages
+			bad = append(bad, unattributed(m, err))
+			return nil
 		}
-		out.Add(v)
-		hist = append(hist, EntryOf(m.Seq, v))
+		out.Add(a.Verdict)
+		hist = append(hist, EntryOf(m.Seq, a.Verdict))
 		return nil
 	})
-	return hist, out, err
+	return hist, out, bad, err
 }
 
 // Load builds the model of session from its snapshot in the session bucket
@@ -144,7 +184,7 @@ func (s Source) Load(ctx context.Context, session string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect: session %s: %w; use --rebuild to derive it from the events stream", session, err)
 	}
-	hist, _, err := s.History(ctx, session)
+	hist, _, bad, err := s.HistoryChecked(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +193,9 @@ func (s Source) Load(ctx context.Context, session string) (*Model, error) {
 		return nil, err
 	}
 	AttachCarried(hist, carried)
-	return Build(st.Ledger.View(), Origin{From: "kv", Name: names.Sessions, Seq: st.Seq}, names.Verdicts, hist), nil
+	m := Build(st.Ledger.View(), Origin{From: "kv", Name: names.Sessions, Seq: st.Seq}, names.Verdicts, hist)
+	m.Unattributed = bad
+	return m, nil
 }
 
 // Rebuild builds the model of session from its events alone, stepped with
@@ -162,7 +204,7 @@ func (s Source) Load(ctx context.Context, session string) (*Model, error) {
 // notes receives what the reader should know about such fallbacks.
 func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, notes func(string)) (*Model, error) {
 	names := s.Config.Names()
-	hist, outcomes, err := s.History(ctx, session)
+	hist, outcomes, bad, err := s.HistoryChecked(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +229,9 @@ func (s Source) Rebuild(ctx context.Context, session string, cfg ledger.Config, 
 		return nil, fmt.Errorf("%w: stream %s holds no events of session %q (it may have aged out)", ErrNoSession, names.Events, session)
 	}
 	AttachCarried(hist, carried)
-	return Build(l.View(), Origin{From: "events", Name: names.Events, Seq: last, Events: n}, names.Verdicts, hist), nil
+	m := Build(l.View(), Origin{From: "events", Name: names.Events, Seq: last, Events: n}, names.Verdicts, hist)
+	m.Unattributed = bad
+	return m, nil
 }
 
 // carriedPins reads the session's compaction requests from the events

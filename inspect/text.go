@@ -47,6 +47,7 @@ func WriteText(w io.Writer, m *Model, o TextOptions) error {
 	}
 	t.legend(m)
 	t.history(m)
+	t.unattributed(m)
 	return bw.Flush()
 }
 
@@ -304,6 +305,23 @@ func (t *textWriter) legend(m *Model) {
 		ledger.FormatRanges(m.Sets.Received), ledger.FormatRanges(m.Sets.Truncated), ledger.FormatRanges(m.Sets.Committed),
 		ledger.FormatRanges(m.Sets.Spilled), ledger.FormatRanges(m.Sets.Waived), ledger.FormatRanges(m.Sets.Pinned))
 	t.line("")
+}
+
+// unattributed lists the messages that failed verification, which the
+// history leaves out.
+func (t *textWriter) unattributed(m *Model) {
+	if len(m.Unattributed) == 0 {
+		return
+	}
+	t.line("%s %d message(s) on this session's verdict subjects failed verification and are left out above: no trusted seamguard processor published them as they are",
+		t.paint(kindSGR[events.KindHalted], "UNATTRIBUTED:"), len(m.Unattributed))
+	for _, u := range m.Unattributed {
+		claims := ""
+		if u.Type != "" {
+			claims = fmt.Sprintf(" (claims %s %s of session %s)", safe(strings.TrimPrefix(u.Type, events.TypePrefix)), safe(u.ID), safe(u.Session))
+		}
+		t.line("  #%-4d %s on %s%s: %s", u.Seq, safe(u.Reason), safe(u.Subject), claims, safe(u.Message))
+	}
 }
 
 func (t *textWriter) history(m *Model) {

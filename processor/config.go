@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
@@ -172,6 +173,16 @@ type Config struct {
 	// SweepMinAge unrenewed (at most a minute).
 	SweepMinAge time.Duration
 
+	// SigningKey is the NKey seed ("S…", see package attest) whose key
+	// signs every output: the Seamguard-Signer and Seamguard-Signature
+	// headers, which subscribers verify against the public keys they
+	// trust. Empty means none configured: New makes a key for the
+	// Processor's lifetime (its public key is logged and given by
+	// SigningPublicKey), which no verifier can trust across restarts.
+	// serve always sets one: from --signing-key-file or
+	// SEAMGUARD_SIGNING_KEY, else a key it keeps in its data directory.
+	SigningKey string
+
 	// NoRecoverService turns off the recover service, a NATS micro
 	// service ("seamguard", on <prefix>.recover.<session>) through which
 	// agents read their own sessions' spills; the zero value runs it on
@@ -328,6 +339,11 @@ func (c Config) Validate() error {
 	}
 	if err := (ledger.Config{Policy: c.Policy, Limits: c.Limits}).Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.SigningKey != "" {
+		if _, err := attest.NewSigner([]byte(c.SigningKey)); err != nil {
+			errs = append(errs, fmt.Errorf("processor: SigningKey: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

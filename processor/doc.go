@@ -13,7 +13,10 @@
 // A shard works in group commits. For a batch of messages it decodes each,
 // Steps the session's ledger, writes the spill the ledger asks for (and
 // Steps its result), and publishes every output with Nats-Msg-Id set to the
-// output's deterministic id. Then it waits for every publish ack, stores each
+// output's deterministic id, signed with Config.SigningKey (the
+// Seamguard-Signer and Seamguard-Signature headers over the body; see
+// package attest: deterministic, so a verdict published again is the same
+// message). Then it waits for every publish ack, stores each
 // touched session's state once (ledger snapshot plus the last applied stream
 // sequence, compare-and-swap on the bucket revision), and only then marks the
 // batch's inputs finished. Rejected inputs are terminated with their rejection

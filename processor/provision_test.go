@@ -157,9 +157,10 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		EventsDuplicates: time.Hour,
 		Durable:          "a.b",
 		Policy:           9,
+		SigningKey:       "NOTASEED",
 	}.Validate()
 	require.Error(t, err)
-	for _, want := range []string{"Replicas is 7", "Shards is -1", "QueueDepth is -2", "AckWait 500ms", "EventsDuplicates 1h0m0s exceeds EventsMaxAge 1m0s", "Durable \"a.b\"", "policy 9", "prefix"} {
+	for _, want := range []string{"SigningKey", "Replicas is 7", "Shards is -1", "QueueDepth is -2", "AckWait 500ms", "EventsDuplicates 1h0m0s exceeds EventsMaxAge 1m0s", "Durable \"a.b\"", "policy 9", "prefix"} {
 		assert.ErrorContains(t, err, want)
 	}
 	_, err = processor.Provision(t.Context(), nil, processor.Config{Shards: -1})

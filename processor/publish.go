@@ -12,8 +12,9 @@ import (
 )
 
 // This file holds publishing and confirming verdicts: every output goes out
-// asynchronously with its deterministic id, and a batch waits for every
-// publish ack before it stores state and acknowledges inputs.
+// asynchronously with its deterministic id, signed (package attest), and a
+// batch waits for every publish ack before it stores state and
+// acknowledges inputs.
 
 // published is one output on its way to the verdict stream.
 type published struct {
@@ -57,6 +58,9 @@ func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (pu
 	msg.Data = body
 	msg.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	msg.Header.Set(jetstream.MsgIDHeader, id)
+	// The signature covers the body alone, and ed25519 is deterministic:
+	// a verdict published again carries the same bytes and headers.
+	p.signer.SignMsg(msg.Header, body)
 	pub := published{msg: msg, id: id, out: o}
 	for attempt := 0; ; attempt++ {
 		pub.f, err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))

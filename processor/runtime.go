@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/spill"
@@ -29,7 +30,8 @@ type Processor struct {
 	res    *Resources
 	store  *spill.Store
 	enc    events.Encoder
-	lcfg   ledger.Config // the decision settings in force
+	signer *attest.Signer // signs every output (see publish)
+	lcfg   ledger.Config  // the decision settings in force
 	subj   events.Subjects
 	log    *slog.Logger
 	now    func() time.Time
@@ -114,6 +116,17 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	}
 	p.denied.log, p.denied.obs = p.log, p.obs
 	p.enc = events.Encoder{Source: cfg.Source, Subjects: p.subj, Now: p.now}
+	if cfg.SigningKey != "" {
+		// Validate, through Provision, has read it already.
+		if p.signer, err = attest.NewSigner([]byte(cfg.SigningKey)); err != nil {
+			return nil, fmt.Errorf("processor: SigningKey: %w", err)
+		}
+	} else {
+		if p.signer, err = attest.Generate(); err != nil {
+			return nil, err
+		}
+		p.log.Warn("no signing key configured: verdicts are signed with a key made for this run, which verifiers cannot trust after a restart; configure one (serve keeps one in its data directory)", "signing_key", p.signer.PublicKey())
+	}
 	p.lcfg = ledger.Config{Policy: cfg.Policy, Limits: stateLimits(cfg.Limits, res, js.Conn().MaxPayload(), p.log)}
 	p.store = &spill.Store{
 		JS: js, Stream: cfg.Names().Events, Subjects: p.subj, Bucket: cfg.Names().Spills,
@@ -124,6 +137,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	p.status = js.Conn().Status
 	return p, nil
 }
+
+// SigningPublicKey is the public NKey that signs this Processor's outputs:
+// the key subscribers trust. It may be called at any time.
+func (p *Processor) SigningPublicKey() string { return p.signer.PublicKey() }
 
 // stateMargin is what a stored state takes beyond the ledger's snapshot:
 // its own header, and the headers of the bucket write.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,12 +16,23 @@ import (
 )
 
 // TestMain lets this test binary serve as the benchmark's child server
-// process, as the seamguard binary does (see runBench).
+// process, as the seamguard binary does (see runBench). The tests' serve
+// processes that give no --data-dir keep their signing key (and an
+// embedded server's data) in a directory of the run, not in the package's.
 func TestMain(m *testing.M) {
 	if code, ok := bench.ServeChild(); ok {
 		os.Exit(code)
 	}
+	dir, err := os.MkdirTemp("", "seamguard-test-data-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if _, set := os.LookupEnv("SEAMGUARD_DATA_DIR"); !set {
+		os.Setenv("SEAMGUARD_DATA_DIR", dir)
+	}
 	code := m.Run()
+	os.RemoveAll(dir)
 	printFaultTable(os.Stdout)
 	os.Exit(code)
 }

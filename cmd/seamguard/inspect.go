@@ -27,6 +27,8 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	color := fs.String("color", "auto", "colours: auto (when standard output is a terminal), always or never")
 	var width int
 	fs.Var(ints(&width, 0, 16, 1000).orZero(meansDefaultWidth), "width", "the most character `cells` the bar takes")
+	var trust trustFlags
+	trust.register(fs)
 	verify := fs.Bool("verify-spills", false, "also read the newest spill's whole chain, verify every digest, and check that it holds exactly the session's accepted events, derived again from the events stream")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard inspect SESSION [--svg FILE] [--json] [--rebuild] [--verify-spills] [--color auto|always|never]")
@@ -35,7 +37,9 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "holes), the pinned offsets, the recovery floor, and every verdict decided for it, with")
 		fmt.Fprintln(stderr, "the pins each refusal drops and each request carried. It reads the session bucket, the")
 		fmt.Fprintln(stderr, "verdict stream and the session's requests in the events stream; --rebuild derives the")
-		fmt.Fprintln(stderr, "ledger from the events stream instead of reading the bucket.")
+		fmt.Fprintln(stderr, "ledger from the events stream instead of reading the bucket. Every verdict's signature")
+		fmt.Fprintln(stderr, "is verified (--trust-key): what fails is left out of the picture, listed as")
+		fmt.Fprintln(stderr, "UNATTRIBUTED, and makes inspect exit 1.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -66,7 +70,11 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return err
 	}
 	defer func() { rerr = cf.close(rerr) }()
-	src := inspect.Source{JS: js, Config: pcfg}
+	ver, err := trust.verifier(pcfg.Subjects(), stderr, "seamguard inspect")
+	if err != nil {
+		return err
+	}
+	src := inspect.Source{JS: js, Config: pcfg, Verifier: ver}
 	var m *inspect.Model
 	if *rebuild {
 		m, err = src.Rebuild(ctx, session, cfg, func(note string) { fmt.Fprintln(stderr, "note:", termtext.Escape(note)) })
@@ -87,8 +95,18 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	} else {
 		err = inspect.WriteText(stdout, m, inspect.TextOptions{Color: useColor, Width: width})
 	}
-	if err != nil || !*verify {
+	if err != nil {
 		return err
+	}
+	if n := len(m.Unattributed); n > 0 {
+		defer func() {
+			if rerr == nil {
+				rerr = fmt.Errorf("%d message(s) on the verdict subjects of session %s failed verification (UNATTRIBUTED): no trusted seamguard processor published them as they are", n, session)
+			}
+		}()
+	}
+	if !*verify {
+		return nil
 	}
 	if m.LastSpill == nil {
 		fmt.Fprintf(stderr, "session %s has no spill to verify\n", session)

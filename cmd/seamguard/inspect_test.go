@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
@@ -29,6 +31,7 @@ type deployment struct {
 	*embedded.Test
 	url string
 	p   *processor.Processor
+	key *attest.Signer // signs its verdicts
 }
 
 func startDeployment(t *testing.T) *deployment {
@@ -36,7 +39,9 @@ func startDeployment(t *testing.T) *deployment {
 	srv := embedded.StartTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	fixed := func() time.Time { return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC) }
-	p, err := processor.New(ctx, srv.JS, processor.Config{Source: "urn:seamguard:test", LeaseTTL: 2 * time.Second}, processor.WithClock(fixed))
+	key, err := attest.Generate()
+	require.NoError(t, err)
+	p, err := processor.New(ctx, srv.JS, processor.Config{Source: "urn:seamguard:test", LeaseTTL: 2 * time.Second, SigningKey: string(key.Seed())}, processor.WithClock(fixed))
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -50,7 +55,7 @@ func startDeployment(t *testing.T) *deployment {
 		}
 	})
 	require.Eventually(t, func() bool { return p.Ready() == nil }, 30*time.Second, 10*time.Millisecond, "the processor did not start consuming")
-	return &deployment{Test: srv, url: srv.Server.ClientURL(), p: p}
+	return &deployment{Test: srv, url: srv.Server.ClientURL(), p: p, key: key}
 }
 
 // publish publishes lines and waits until the processor has applied and
@@ -167,8 +172,8 @@ func TestInspectErrors(t *testing.T) {
 
 // TestReplay runs every shipped story through a processor, then replays:
 // an honest verdict stream gives no difference; a copy with one verdict
-// removed, one altered, one forged and one recorded twice gives exactly
-// those four.
+// removed, one altered, one forged, one recorded twice and four messages
+// that fail verification gives exactly those eight.
 func TestReplay(t *testing.T) {
 	d := startDeployment(t)
 	stories, err := filepath.Glob(filepath.Join(storiesDir, "*.jsonl"))
@@ -177,7 +182,7 @@ func TestReplay(t *testing.T) {
 		d.publish(t, readLines(t, st))
 	}
 
-	code, out, stderr := runCLI(t, "", "replay", "--nats-url", d.url)
+	code, out, stderr := runCLI(t, "", "replay", "--nats-url", d.url, "--trust-key", d.key.PublicKey())
 	require.Equal(t, 0, code, "an honest run must replay without a difference:\n%s%s", out, stderr)
 	assert.Contains(t, out, "; no difference")
 	var rep struct {
@@ -194,7 +199,12 @@ func TestReplay(t *testing.T) {
 	assert.Equal(t, rep.Sessions, rep.States, "every session's stored ledger compared with the derived one (unnamed's holds only rejections)")
 	assert.Contains(t, out, fmt.Sprintf("; %d session ledger(s) compared with bucket seamguard-sessions", rep.Sessions))
 
-	// A copy of the verdict stream with three plants.
+	// A copy of the verdict stream with plants: one verdict removed, one
+	// altered (and signed again with the processor's key: a verdict the
+	// processor decided otherwise), one recorded twice, one signed verdict
+	// no input explains, and four messages the processor did not publish
+	// as they are: unsigned, signed by another key, a genuine one changed
+	// after signing, a genuine one copied onto another session's subject.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err = d.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "PLANTED", Subjects: []string{"planted.>"}, Storage: jetstream.MemoryStorage})
@@ -205,7 +215,24 @@ func TestReplay(t *testing.T) {
 	require.NoError(t, err)
 	cons, err := src.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
-	var removed, altered, doubled string
+	plant := func(subject, body string, signer *attest.Signer, header nats.Header) {
+		t.Helper()
+		m := nats.NewMsg("planted." + subject)
+		m.Data = []byte(body)
+		for _, k := range []string{attest.HeaderSigner, attest.HeaderSignature} {
+			if v := header.Get(k); v != "" {
+				m.Header.Set(k, v)
+			}
+		}
+		if signer != nil {
+			signer.SignMsg(m.Header, m.Data)
+		}
+		_, err := d.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	other, err := attest.Generate()
+	require.NoError(t, err)
+	var removed, altered, doubled, tampered, moved string
 	for range info.State.Msgs {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		require.NoError(t, err)
@@ -217,25 +244,39 @@ func TestReplay(t *testing.T) {
 		case altered == "" && strings.Contains(body, `"request_id":"c2"`) && strings.Contains(body, `"subject":"healthy-chain"`):
 			altered = idOf(t, body)
 			body = strings.Replace(body, `"summary_coverage":[{"start":0,"end":40}]`, `"summary_coverage":[{"start":0,"end":30}]`, 1)
+			plant(m.Subject(), body, d.key, nil)
+			continue
 		}
-		_, err = d.JS.Publish(ctx, "planted."+m.Subject(), []byte(body))
-		require.NoError(t, err)
-		if doubled == "" && strings.Contains(body, `"request_id":"c1"`) && strings.Contains(body, `"subject":"healthy-chain"`) {
+		plant(m.Subject(), body, nil, m.Headers())
+		switch {
+		case doubled == "" && strings.Contains(body, `"request_id":"c1"`) && strings.Contains(body, `"subject":"healthy-chain"`):
 			doubled = idOf(t, body)
-			_, err = d.JS.Publish(ctx, "planted."+m.Subject(), []byte(body))
-			require.NoError(t, err)
+			plant(m.Subject(), body, nil, m.Headers())
+		case tampered == "" && strings.Contains(body, `"subject":"committed-anyway"`) && strings.Contains(body, `"request_id":"`):
+			tampered = idOf(t, body)
+			plant(m.Subject(), strings.Replace(body, `"request_id":"`, `"request_id":"x`, 1), nil, m.Headers())
+		case moved == "" && strings.Contains(body, `"subject":"sess-pinned"`) && strings.HasSuffix(m.Subject(), ".allowed"):
+			moved = idOf(t, body)
+			plant("seamguard.verdicts.ops-agent-42.allowed", body, nil, m.Headers())
 		}
 	}
 	require.NotEmpty(t, removed)
 	require.NotEmpty(t, altered)
 	require.NotEmpty(t, doubled)
-	forged := `{"specversion":"1.0","id":"sg-forged","source":"urn:elsewhere","type":"io.seamguard.compaction.allowed","subject":"healthy-chain","datacontenttype":"application/json","causationid":"nobody-0001","data":{"request_id":"c9","head":50,"summary_coverage":[],"tail_start":0,"recovered_by":[],"cured":[]}}`
-	_, err = d.JS.Publish(ctx, "planted.seamguard.verdicts.healthy-chain.allowed", []byte(forged))
-	require.NoError(t, err)
+	require.NotEmpty(t, tampered)
+	require.NotEmpty(t, moved)
+	forged := func(id string) string {
+		return `{"specversion":"1.0","id":"` + id + `","source":"urn:elsewhere","type":"io.seamguard.compaction.allowed","subject":"healthy-chain","datacontenttype":"application/json","causationid":"nobody-0001","data":{"request_id":"c9","head":50,"summary_coverage":[],"tail_start":0,"recovered_by":[],"cured":[]}}`
+	}
+	plant("seamguard.verdicts.healthy-chain.allowed", forged("sg-forged"), d.key, nil)
+	plant("seamguard.verdicts.healthy-chain.allowed", forged("sg-unsigned"), nil, nil)
+	plant("seamguard.verdicts.healthy-chain.allowed", forged("sg-other-key"), other, nil)
 
-	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED")
+	trust := "--trust-key=" + d.key.PublicKey()
+	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED", trust)
 	assert.Equal(t, 1, code, "differences exit non-zero:\n%s%s", out, stderr)
-	assert.Contains(t, stderr, "4 difference(s) with PLANTED")
+	assert.Contains(t, stderr, "8 difference(s) with PLANTED")
+	assert.NotContains(t, stderr, "no trusted key")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	seedSeq := seqOfEvent(t, d, "ops-agent-42-0055")
 	assert.Contains(t, out, fmt.Sprintf("missing   ops-agent-42  transcript.spilled  %s  input seq %d  (answers ops-agent-42-0055)", removed, seedSeq))
@@ -243,19 +284,40 @@ func TestReplay(t *testing.T) {
 	assert.Contains(t, out, `data.summary_coverage: derived [{"end":40,"start":0}], recorded [{"end":30,"start":0}]`)
 	assert.Contains(t, out, "extra     healthy-chain  compaction.allowed  sg-forged")
 	assert.Contains(t, out, "duplicate healthy-chain  compaction.allowed  "+doubled)
-	assert.Contains(t, lines[len(lines)-1], "4 difference(s): 1 missing, 1 extra, 1 different, 1 duplicate")
+	assert.Regexp(t, `unattributed healthy-chain  compaction.allowed  sg-unsigned .*\n.*on planted.seamguard.verdicts.healthy-chain.allowed, not published by a trusted seamguard processor as it is: unsigned: `, out)
+	assert.Regexp(t, `unattributed healthy-chain  compaction.allowed  sg-other-key .*\n.*untrusted_signer: signed by `+other.PublicKey(), out)
+	assert.Regexp(t, `unattributed committed-anyway  \S+  `+tampered+` .*\n.*bad_signature: `, out)
+	assert.Regexp(t, `unattributed sess-pinned  compaction.allowed  `+moved+` .*\n.*on planted.seamguard.verdicts.ops-agent-42.allowed, .*misrouted: the verdict is about session "sess-pinned"`, out)
+	assert.Contains(t, lines[len(lines)-1], "8 difference(s): 1 missing, 1 extra, 1 different, 1 duplicate, 4 unattributed")
 	// The refusal that carries the removed spill's handle still matches:
 	// the spill's outcome was read from the object store.
 	assert.Contains(t, stderr, "note: no verdict records the outcome of spill ops-agent-42/1.jsonl")
 
-	// One session only.
+	// Without a trusted key, the one signed by another key passes for a
+	// verdict (an extra one here), and replay says what it did not check.
+	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "no trusted key")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	assert.Contains(t, lines[len(lines)-1], "8 difference(s): 1 missing, 2 extra, 1 different, 1 duplicate, 3 unattributed")
+	// The trusted keys from the environment.
+	t.Setenv("SEAMGUARD_TRUSTED_KEYS", other.PublicKey()+","+d.key.PublicKey())
+	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED")
+	assert.Equal(t, 1, code, stderr)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	assert.Contains(t, lines[len(lines)-1], "8 difference(s): 1 missing, 2 extra, 1 different, 1 duplicate, 3 unattributed", "both keys trusted")
+	t.Setenv("SEAMGUARD_TRUSTED_KEYS", d.key.PublicKey())
+
+	// One session only: what is on its subjects, whatever it claims, is
+	// checked.
 	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED", "--session", "ops-agent-42")
 	assert.Equal(t, 1, code, stderr)
-	assert.Contains(t, out, "1 difference(s): 1 missing")
+	assert.Contains(t, out, "2 difference(s): 1 missing, 1 unattributed")
 	assert.Contains(t, out, removed)
+	assert.Contains(t, out, moved)
 
 	// --since: decisions about earlier inputs are not compared; the
-	// forged verdict names no input in the stream, so it is always shown.
+	// forged verdicts name no input in the stream, so they are always shown.
 	// (The stories are published in the order of their file names: the
 	// healthy chain before the seed story.)
 	seq := seqOfEvent(t, d, "healthy-chain-0055")
@@ -271,7 +333,7 @@ func TestReplay(t *testing.T) {
 	assert.Contains(t, out, removed)
 	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--verdicts", "PLANTED", "--since", fmt.Sprint(seedSeq+1))
 	assert.Equal(t, 1, code, stderr)
-	assert.Contains(t, out, "1 difference(s): 1 extra")
+	assert.Contains(t, out, "5 difference(s): 1 extra, 4 unattributed")
 	code, out, stderr = runCLI(t, "", "replay", "--nats-url", d.url, "--since", time.Now().Add(time.Hour).Format(time.RFC3339))
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "0 verdicts derived")

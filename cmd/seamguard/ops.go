@@ -252,11 +252,16 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	kind := fs.String("kind", "", "only verdicts of this kind: allowed, refused, spilled, halted, rejected or violation")
 	all := fs.Bool("all", false, "start from the first verdict in the stream, not from now")
 	asJSON := fs.Bool("json", false, "print each verdict as its CloudEvent JSON")
+	var trust trustFlags
+	trust.register(fs)
 	var limit int
 	fs.Var(ints(&limit, 0, 1, 1_000_000_000).orZero(meansNoLimit), "max", "stop after this many verdicts")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: seamguard watch [--session S] [--kind K] [--all] [--json]")
-		fmt.Fprintln(stderr, "\nFollows verdicts as they are decided, one readable line each.")
+		fmt.Fprintln(stderr, "usage: seamguard watch [--session S] [--kind K] [--all] [--json] [--trust-key KEY]...")
+		fmt.Fprintln(stderr, "\nFollows verdicts as they are decided, one readable line each. Each verdict's signature")
+		fmt.Fprintln(stderr, "is verified: one that fails (unsigned, signed by a key not trusted, changed, or on")
+		fmt.Fprintln(stderr, "another session's subject) is printed as UNATTRIBUTED with the reason (with --json:")
+		fmt.Fprintln(stderr, "on standard error, not standard output), and watch then exits 1 when it ends.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -279,6 +284,10 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	defer func() { rerr = cf.close(rerr) }()
+	ver, err := trust.verifier(cfg.Subjects(), stderr, "seamguard watch")
+	if err != nil {
+		return err
+	}
 	s, k := *session, *kind
 	if s == "" {
 		s = "*"
@@ -301,11 +310,30 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		from = info.State.FirstSeq
 	}
 	fmt.Fprintf(stderr, "watching %s\n", filter)
+	unattributed := 0
+	defer func() {
+		if rerr == nil && unattributed > 0 {
+			rerr = fmt.Errorf("%d message(s) on verdict subjects failed verification (UNATTRIBUTED above): they were not published by a trusted seamguard processor", unattributed)
+		}
+	}()
 	n := 0
 	errEnough := errors.New("enough")
 	err = r.Follow(ctx, from, filter, 0, func(m *jsread.Msg) error {
 		if limit > 0 && n >= limit {
 			return errEnough
+		}
+		if _, err := ver.Verify(m.Subject, m.Header, m.Data); err != nil {
+			unattributed++
+			line := termtext.Escape(describeFailure(m.Subject, err))
+			if *asJSON {
+				fmt.Fprintln(stderr, line)
+				return nil
+			}
+			if v, derr := events.DecodeVerdict(m.Data); derr == nil {
+				line += "\n  claims: " + describeVerdict(v)
+			}
+			fmt.Fprintln(stdout, line)
+			return nil
 		}
 		n++
 		if *asJSON {

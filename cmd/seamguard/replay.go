@@ -31,12 +31,15 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var lf limitFlags
 	lf.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var trust trustFlags
+	trust.register(fs)
 	progress := fs.String("progress", "auto", "progress bar on standard error: auto (when it is a terminal and the replay takes over a second), always or never")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: seamguard replay [--session S] [--since SEQ|TIME] [--verdicts STREAM] [--policy spill|halt] [--json]")
 		fmt.Fprintln(stderr, "\nDerives every decision again from the events stream with the pure core and compares")
 		fmt.Fprintln(stderr, "it, verdict by verdict, with the verdict stream. Prints each verdict that is missing,")
-		fmt.Fprintln(stderr, "extra or different; then compares each session's ledger in the session bucket with")
+		fmt.Fprintln(stderr, "extra or different, and each message that fails signature verification (--trust-key)")
+		fmt.Fprintln(stderr, "as unattributed, left out of the comparison; then compares each session's ledger in the session bucket with")
 		fmt.Fprintln(stderr, "the derived one, set by set (received, truncated, committed, spilled, waived and")
 		fmt.Fprintln(stderr, "pinned), and prints each that differs. Exits 1 if there is a difference, 0 if none.")
 		fmt.Fprintln(stderr, "\nflags:")
@@ -80,12 +83,16 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	defer func() { rerr = cf.close(rerr) }()
+	ver, err := trust.verifier(pcfg.Subjects(), stderr, "seamguard replay")
+	if err != nil {
+		return err
+	}
 	if bar != nil {
 		opts.Progress = bar.update
 	}
 	var notes []string
 	opts.Notes = func(n string) { notes = append(notes, n) }
-	rep, err := inspect.Source{JS: js, Config: pcfg}.Replay(ctx, opts)
+	rep, err := inspect.Source{JS: js, Config: pcfg, Verifier: ver}.Replay(ctx, opts)
 	if bar != nil {
 		bar.clear()
 	}
@@ -160,6 +167,8 @@ func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
 			fmt.Fprintf(w, "          in %s, not derived: %s\n", esc(rep.VerdictStream), esc(d.Recorded))
 		case "duplicate":
 			fmt.Fprintf(w, "          recorded more than once\n")
+		case "unattributed":
+			fmt.Fprintf(w, "          on %s, not published by a trusted seamguard processor as it is: %s\n", esc(d.Subject), esc(strings.Join(d.Fields, "; ")))
 		case "different", "state":
 			for _, f := range d.Fields {
 				fmt.Fprintf(w, "          %s\n", esc(f))
@@ -177,7 +186,7 @@ func writeReplay(w io.Writer, rep *inspect.ReplayReport) {
 		return
 	}
 	var parts []string
-	for _, k := range []string{"missing", "extra", "different", "duplicate", "state"} {
+	for _, k := range []string{"missing", "extra", "different", "duplicate", "unattributed", "state"} {
 		if kinds[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
 		}

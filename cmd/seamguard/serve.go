@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/metrics"
@@ -172,7 +173,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	pf.register(fs)
 	var resp responderFlags
 	resp.register(fs)
-	dataDir := fs.String("data-dir", "seamguard-data", "where the embedded server stores JetStream data")
+	dataDir := fs.String("data-dir", "seamguard-data", "where serve keeps its signing key ("+attest.KeyFileName+", made at first start unless --signing-key-file or "+signingKeyEnv+" gives one) and the embedded server stores JetStream data")
+	signingKeyFile := fs.String("signing-key-file", "", "the NKey seed (S…) that signs every verdict, in a `FILE` only serve may read; give every instance of a cluster the same, or each its own, and trust their public keys (default: $"+signingKeyEnv+", else the key in --data-dir)")
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
 	syncFlag := fs.String("sync-interval", "always", "how the embedded server syncs: always (fsync every write before acknowledging it, so that nothing acknowledged is lost to a power cut) or an interval such as 2m (faster; a power cut loses what was acknowledged since the last sync)")
 	monitor := fs.String("nats-monitor-url", "", "monitoring endpoints of the NATS servers (e.g. http://a:8222,http://b:8222), read at start to check that they sync before acknowledging; without it serve asks through the system account, if its user may")
@@ -212,6 +214,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
+		return err
+	}
+	if cfg.SigningKey, err = signingKey(*signingKeyFile, *dataDir, log); err != nil {
 		return err
 	}
 

@@ -4,7 +4,25 @@
  * @module
  */
 
+import { parseTrustedKeys, type UnattributedReason } from "./attest.js";
 import { ArgumentError } from "./errors.js";
+
+/**
+ * A message on a session's verdict subjects that failed verification: not
+ * a verdict a trusted processor published as it is (see `attest.ts`).
+ */
+export interface Unattributed {
+  /** The NATS subject it arrived on. */
+  readonly subject: string;
+  /** Why it failed. */
+  readonly reason: UnattributedReason;
+  /** What was found, in words. */
+  readonly message: string;
+  /** The key it names, if it names one. */
+  readonly signer?: string;
+  /** Its body as JSON, when it parses: what it claims to be. */
+  readonly claims?: Readonly<Record<string, unknown>>;
+}
 
 /** Defaults of {@link ClientConfig}; an absent field means its default. */
 export const Defaults = {
@@ -64,10 +82,26 @@ export interface ClientConfig {
    * `signal` may end the wait sooner.
    */
   readonly verdictTimeoutMs?: number;
+  /**
+   * The public NKeys (`N…`) of the processors whose verdicts the client
+   * believes: what `seamguard serve` logs as `signing_key`. Give several
+   * during a key rotation; an element may hold several, separated by
+   * commas or white space. Empty (the default): a verdict's signature is
+   * checked against the key it names, whoever that is, and the verdict's
+   * `trusted` is false; set it in production. Either way a verdict that
+   * fails verification is never taken for an answer.
+   */
+  readonly trustedKeys?: readonly string[];
+  /**
+   * Called for every message on a session's verdict subjects that fails
+   * verification (unsigned, signed by a key not trusted, changed after
+   * signing, or a verdict of another session or kind).
+   */
+  readonly onUnattributed?: (u: Unattributed) => void;
 }
 
 /** A {@link ClientConfig} with every default filled in. */
-export type ResolvedConfig = Required<ClientConfig>;
+export type ResolvedConfig = Required<Omit<ClientConfig, "onUnattributed">> & Pick<ClientConfig, "onUnattributed">;
 
 const SESSION_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
@@ -141,6 +175,14 @@ export function validateConfig(config: ClientConfig): string[] {
   positive("ackTimeoutMs", config.ackTimeoutMs, Defaults.ackTimeoutMs, false);
   positive("publishAttempts", config.publishAttempts, Defaults.publishAttempts, true);
   positive("verdictTimeoutMs", config.verdictTimeoutMs, Defaults.verdictTimeoutMs, false);
+  if (config.trustedKeys !== undefined && !Array.isArray(config.trustedKeys)) {
+    problems.push("trustedKeys must be a list of public NKeys");
+  } else {
+    problems.push(...parseTrustedKeys(config.trustedKeys).problems);
+  }
+  if (config.onUnattributed !== undefined && typeof config.onUnattributed !== "function") {
+    problems.push("onUnattributed must be a function");
+  }
   return problems;
 }
 
@@ -162,5 +204,7 @@ export function resolveConfig(config: ClientConfig = {}): ResolvedConfig {
     ackTimeoutMs: config.ackTimeoutMs || Defaults.ackTimeoutMs,
     publishAttempts: config.publishAttempts || Defaults.publishAttempts,
     verdictTimeoutMs: config.verdictTimeoutMs || Defaults.verdictTimeoutMs,
+    trustedKeys: parseTrustedKeys(config.trustedKeys).keys,
+    ...(config.onUnattributed === undefined ? {} : { onUnattributed: config.onUnattributed }),
   };
 }

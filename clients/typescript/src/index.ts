@@ -29,7 +29,9 @@ export { SeamguardClient } from "./client.js";
 export { Session, validateSessionOptions } from "./session.js";
 export type { CallOptions, SessionOptions, Turn, VerdictOptions } from "./session.js";
 export { Defaults, resolveConfig, streamName, subjects, validSessionId, validateConfig } from "./config.js";
-export type { ClientConfig, ResolvedConfig, Subjects } from "./config.js";
+export type { ClientConfig, ResolvedConfig, Subjects, Unattributed } from "./config.js";
+export { SignatureHeaders, decodePublicNKey, parseTrustedKeys, verifyVerdict } from "./attest.js";
+export type { Attribution, SignedMessage, UnattributedReason, VerifyOptions } from "./attest.js";
 export {
   ArgumentError,
   BrokenChainError,

@@ -5,7 +5,10 @@
  * @module
  */
 
-import type { Subscription } from "@nats-io/transport-node";
+import type { Msg, Subscription } from "@nats-io/transport-node";
+
+import { verifyVerdict, type Attribution } from "./attest.js";
+import type { Unattributed } from "./config.js";
 
 import { buildEvent, type OutEvent } from "./encode.js";
 import { newId, type Core } from "./core.js";
@@ -31,6 +34,7 @@ import {
   toVerdict,
   type RefusedVerdict,
   type Verdict,
+  type VerdictEvent,
 } from "./verdict.js";
 
 /** Options of a call that publishes. */
@@ -40,6 +44,21 @@ export interface CallOptions {
    * event whose publish it cuts short is kept and sent again, same id.
    */
   readonly signal?: AbortSignal;
+}
+
+/**
+ * Reports whether the verdict event `ev` claims to answer the request
+ * `sent`, published as `eventId`: as its verdict or its rejection.
+ */
+function claimsToAnswer(ev: VerdictEvent, sent: SentCompactionRequest, eventId: string): boolean {
+  if (ev.type === VerdictTypes.eventRejected) {
+    try {
+      return rejects(ev, parseRejected(ev.data), (x) => x === eventId) !== undefined;
+    } catch {
+      return false;
+    }
+  }
+  return ev.causationId === eventId && ev.data["request_id"] === sent.requestId;
 }
 
 /** Options of a call that waits for a verdict. */
@@ -209,7 +228,7 @@ export class Session {
       this.#rejections = this.#core.nc.subscribe(this.#core.subjects.verdicts(this.id, "rejected"), {
         callback: (err, m) => {
           if (err !== null) subErr = err; // a permission denied, the connection closed
-          else this.#rejected(m.data);
+          else this.#rejected(m);
         },
       });
       try {
@@ -250,8 +269,13 @@ export class Session {
     }
   }
 
-  #rejected(body: Uint8Array): void {
-    const ev = parseVerdictEvent(body);
+  #rejected(m: Msg): void {
+    const a = verifyVerdict(m, { trustedKeys: this.#core.config.trustedKeys, prefix: this.#core.config.prefix });
+    if (!a.ok) {
+      this.#unattributed(m.subject, a, m.data);
+      return;
+    }
+    const ev = parseVerdictEvent(m.data);
     if (ev === undefined || ev.type !== VerdictTypes.eventRejected || this.#onRejected === undefined) return;
     let d;
     try {
@@ -481,6 +505,30 @@ export class Session {
    * {@link Session.compact}). A halted session refuses every compaction
    * until an operator resumes it.
    */
+  /** Reports a message that failed verification, and returns it. */
+  #unattributed(subject: string, a: Attribution & { ok: false }, data: Uint8Array): Unattributed {
+    let claims: Record<string, unknown> | undefined;
+    try {
+      const v = JSON.parse(new TextDecoder().decode(data)) as unknown;
+      if (typeof v === "object" && v !== null && !Array.isArray(v)) claims = v as Record<string, unknown>;
+    } catch {
+      // not JSON: it claims nothing
+    }
+    const u: Unattributed = {
+      subject,
+      reason: a.reason,
+      message: a.message,
+      ...(a.signer === undefined ? {} : { signer: a.signer }),
+      ...(claims === undefined ? {} : { claims }),
+    };
+    try {
+      this.#core.config.onUnattributed?.(u);
+    } catch {
+      // The handler's own failure is its business; the session goes on.
+    }
+    return u;
+  }
+
   async requestCompaction(req: CompactionRequest, opts: VerdictOptions = {}): Promise<Verdict> {
     const problems: string[] = [];
     checkRange(req?.summarizerInput, "summarizerInput", problems);
@@ -510,6 +558,7 @@ export class Session {
     answer.catch(() => undefined); // awaited below, unless the publish fails first
     let sub: Subscription | undefined;
     let subErr: Error | undefined;
+    const forged: Unattributed[] = [];
     try {
       await this.#mutex.run(async () => {
         if (this.#closed) {
@@ -522,7 +571,14 @@ export class Session {
               settle?.reject(err);
               return;
             }
+            const a = verifyVerdict(m, { trustedKeys: this.#core.config.trustedKeys, prefix: this.#core.config.prefix });
             const ev = parseVerdictEvent(m.data);
+            if (!a.ok) {
+              // Never an answer: reported, and kept if it claimed to be one.
+              const u = this.#unattributed(m.subject, a, m.data);
+              if (ev !== undefined && claimsToAnswer(ev, sent, eventId)) forged.push(u);
+              return;
+            }
             if (ev === undefined) return;
             if (ev.type === VerdictTypes.eventRejected) {
               try {
@@ -533,7 +589,7 @@ export class Session {
               }
               return;
             }
-            const v = toVerdict(ev, sent, eventId);
+            const v = toVerdict(ev, sent, eventId, { signer: a.signer, trusted: a.trusted, unattributed: [...forged] });
             if (v !== undefined) settle?.resolve(v);
           },
         });
@@ -560,10 +616,15 @@ export class Session {
         return await raceAbort(answer, signal);
       } catch (err) {
         if (err instanceof RejectedError) throw err;
-        const reason = signal.aborted
-          ? `${abortReason(signal)} before it arrived; is the seamguard processor running? The verdict, once decided, ` +
-            `is on ${this.#core.subjects.verdicts(this.id, "<kind>")} and in the verdict stream`
-          : `the subscription to ${verdictSubject} failed: ${message(err)}`;
+        const first = forged[0];
+        const reason =
+          signal.aborted && first !== undefined
+            ? `${abortReason(signal)} before it arrived; ${forged.length} message(s) claiming to answer it failed verification, ` +
+              `the first on ${first.subject}: ${first.reason}: ${first.message}`
+            : signal.aborted
+              ? `${abortReason(signal)} before it arrived; is the seamguard processor running? The verdict, once decided, ` +
+                `is on ${this.#core.subjects.verdicts(this.id, "<kind>")} and in the verdict stream`
+              : `the subscription to ${verdictSubject} failed: ${message(err)}`;
         throw new NoVerdictError(this.id, sent.requestId, eventId, reason, { cause: err });
       }
     } finally {

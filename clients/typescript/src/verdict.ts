@@ -6,6 +6,7 @@
  * @module
  */
 
+import type { Unattributed } from "./config.js";
 import { VerdictTypes } from "./types.js";
 import type {
   CompactionAllowed,
@@ -44,6 +45,18 @@ export interface VerdictBase {
   readonly previous?: Verdict;
   /** The verdict event as it arrived (structured CloudEvent JSON). */
   readonly event: JsonObject;
+  /** The public NKey whose signature the verdict carries. */
+  readonly signer: string;
+  /**
+   * Whether the signer is one of the client's `trustedKeys` (false when
+   * none are configured: the signature was checked, not who made it).
+   */
+  readonly trusted: boolean;
+  /**
+   * Messages that claimed to answer this request while the client waited
+   * and failed verification: they were not taken for the answer.
+   */
+  readonly unattributed: readonly Unattributed[];
 }
 
 /** The compaction is allowed: apply it, then {@link Session.commit} it. */
@@ -279,9 +292,15 @@ export function parseVerdictEvent(body: Uint8Array): VerdictEvent | undefined {
  * or undefined when `ev` is not an allowed, refused or halted verdict of
  * that request, or is malformed. @internal
  */
-export function toVerdict(ev: VerdictEvent, request: SentCompactionRequest, eventId: string): Verdict | undefined {
+export function toVerdict(
+  ev: VerdictEvent,
+  request: SentCompactionRequest,
+  eventId: string,
+  attribution: { signer: string; trusted: boolean; unattributed: readonly Unattributed[] } = { signer: "", trusted: false, unattributed: [] },
+): Verdict | undefined {
   if (ev.causationId !== eventId) return undefined;
   const base = {
+    ...attribution,
     id: ev.id,
     source: ev.source,
     session: ev.subject,

@@ -158,6 +158,8 @@ export interface Serve {
   readonly pid: number;
   /** What it logged (the last lines). */
   readonly log: string[];
+  /** The public NKey that signs its verdicts, as it logged it. */
+  readonly signingKey: string;
   /** Stops it (SIGTERM: it drains) and removes its data directory (when it made one). */
   stop(): Promise<void>;
 }
@@ -196,14 +198,16 @@ async function waitReady(healthUrl: string, log: string[], ms = 30_000): Promise
  */
 export async function startServe(opts: ServeOptions = {}): Promise<Serve> {
   const bin = binaries().seamguard;
-  const dir = opts.natsUrl ? undefined : mkdtempSync(join(tmpdir(), "seamguard-ts-serve-"));
-  const args = ["serve", "--health-listen", "127.0.0.1:0", "--lease-ttl", "2s", "--drain-timeout", "10s"];
+  // The data directory holds the signing key serve makes, and the embedded
+  // server's store.
+  const dir = mkdtempSync(join(tmpdir(), "seamguard-ts-serve-"));
+  const args = ["serve", "--health-listen", "127.0.0.1:0", "--lease-ttl", "2s", "--drain-timeout", "10s", "--data-dir", join(dir, "data")];
   if (opts.natsUrl) {
     args.push("--nats-url", opts.natsUrl);
     if (opts.user) args.push("--user", opts.user);
     if (opts.password) args.push("--password", opts.password);
   } else {
-    args.push("--listen", "127.0.0.1:0", "--data-dir", join(dir as string, "data"), "--sync-interval", "2m");
+    args.push("--listen", "127.0.0.1:0", "--sync-interval", "2m");
   }
   args.push("--log-format", "text", "--log-level", "info", ...(opts.args ?? []));
   // serve reads a SEAMGUARD_<FLAG> variable for every flag: none of the
@@ -214,7 +218,7 @@ export async function startServe(opts: ServeOptions = {}): Promise<Serve> {
   const lines = new Lines(c);
   const cleanup = async (): Promise<void> => {
     await stopChild(c);
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
   };
   try {
     const [served, health] = await Promise.all([
@@ -222,7 +226,9 @@ export async function startServe(opts: ServeOptions = {}): Promise<Serve> {
       lines.waitFor("stderr", /msg="health endpoints" url=(\S+)/, 60_000),
     ]);
     await waitReady(health[1] as string, lines.log);
-    return { url: served[1] as string, pid: c.pid as number, log: lines.log, stop: cleanup };
+    const key = lines.log.map((l) => /signing_key=(N[A-Z2-7]{55})/.exec(l)?.[1]).find((k) => k !== undefined);
+    if (key === undefined) throw new Error(`seamguard serve logged no signing_key; log:\n${lines.log.join("\n")}`);
+    return { url: served[1] as string, pid: c.pid as number, log: lines.log, signingKey: key, stop: cleanup };
   } catch (err) {
     await cleanup();
     throw err;

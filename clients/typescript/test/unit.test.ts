@@ -46,6 +46,7 @@ test("configuration: defaults, every problem at once, stream names", () => {
     ackTimeoutMs: 5000,
     publishAttempts: 5,
     verdictTimeoutMs: 30000,
+    trustedKeys: [],
   });
   assert.equal(resolveConfig({ prefix: "acme.guard-x" }).stream, "ACME_GUARD_X_EVENTS");
   assert.equal(streamName(""), "SEAMGUARD_EVENTS");
