@@ -86,6 +86,11 @@ func envName(flag string) string {
 	return "SEAMGUARD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// envOnly are the variables serve reads that no flag names (a secret that
+// must not appear on a command line), and the file of cmd/seamguard that
+// reads each.
+var envOnly = map[string]string{"SEAMGUARD_SIGNING_KEY": "signing.go"}
+
 // checkSeamguardEnv reports every SEAMGUARD_ variable of env that no flag of
 // seamguard serve reads.
 func checkSeamguardEnv(t *testing.T, where string, env []string) {
@@ -94,6 +99,13 @@ func checkSeamguardEnv(t *testing.T, where string, env []string) {
 	byEnv := map[string]bool{}
 	for f := range flags {
 		byEnv[envName(f)] = true
+	}
+	for name, file := range envOnly {
+		src, err := os.ReadFile(filepath.Join(root, "cmd", "seamguard", file))
+		if err != nil || !strings.Contains(string(src), `"`+name+`"`) {
+			t.Fatalf("cmd/seamguard/%s does not read %s any more: update envOnly (%v)", file, name, err)
+		}
+		byEnv[name] = true
 	}
 	for _, name := range env {
 		if strings.HasPrefix(name, "SEAMGUARD_") && !byEnv[name] {
