@@ -307,6 +307,9 @@ func checkAccounts(t *testing.T, opts *server.Options) {
 		if u.Permissions == nil || u.Permissions.Publish == nil || u.Permissions.Subscribe == nil {
 			t.Errorf("user %s has no publish and subscribe permissions: it could do anything", name)
 		}
+		if u.Permissions != nil && u.Permissions.Response != nil {
+			t.Errorf("user %s has allow_responses: any request it receives lets the requester name a subject it may then publish to, whatever its deny list says", name)
+		}
 	}
 	if !slices.ContainsFunc(opts.Accounts, func(a *server.Account) bool { return a.Name == "SEAMGUARD" }) {
 		t.Errorf("account SEAMGUARD is not configured")

@@ -40,6 +40,11 @@ func startTenants(t *testing.T) *server.Server {
 		t.Fatalf("deploy/tenants/nats-server.conf: %v", err)
 	}
 	opts.HTTPPort = 0
+	for _, u := range opts.Users {
+		if u.Permissions != nil && u.Permissions.Response != nil {
+			t.Errorf("user %s has allow_responses: a requester could name where it publishes", u.Username)
+		}
+	}
 	return startServer(t, opts)
 }
 
