@@ -316,27 +316,26 @@ func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			rerr = fmt.Errorf("%d message(s) on verdict subjects failed verification (UNATTRIBUTED above): they were not published by a trusted seamguard processor", unattributed)
 		}
 	}()
+	// --max counts every message shown, unattributed ones included.
 	n := 0
 	errEnough := errors.New("enough")
 	err = r.Follow(ctx, from, filter, 0, func(m *jsread.Msg) error {
 		if limit > 0 && n >= limit {
 			return errEnough
 		}
+		n++
 		if _, err := ver.Verify(m.Subject, m.Header, m.Data); err != nil {
 			unattributed++
 			line := termtext.Escape(describeFailure(m.Subject, err))
 			if *asJSON {
 				fmt.Fprintln(stderr, line)
-				return nil
+			} else {
+				if v, derr := events.DecodeVerdict(m.Data); derr == nil {
+					line += "\n  claims: " + describeVerdict(v)
+				}
+				fmt.Fprintln(stdout, line)
 			}
-			if v, derr := events.DecodeVerdict(m.Data); derr == nil {
-				line += "\n  claims: " + describeVerdict(v)
-			}
-			fmt.Fprintln(stdout, line)
-			return nil
-		}
-		n++
-		if *asJSON {
+		} else if *asJSON {
 			// As recorded, but safe for a terminal (termtext.JSON): the
 			// verdict stream holds what its publishers wrote.
 			b, _ := termtext.JSON(m.Data)
