@@ -24,6 +24,12 @@ var (
 	// The session keeps it and publishes it again, with the same id,
 	// before its next event (or on Flush).
 	ErrNotPublished = errors.New("client: event not published")
+	// ErrMsgIDTaken: the events stream answered an event's first publish
+	// as a duplicate: it holds another message under the event's
+	// Nats-Msg-Id (events.MsgID of the source and id) within its dedupe
+	// window, and did not store this one. Errors wrapping it also wrap
+	// ErrNotPublished.
+	ErrMsgIDTaken = errors.New("client: the events stream holds another message under this event's message id")
 	// ErrClosed: the session was closed with Close.
 	ErrClosed = errors.New("client: session closed")
 	// ErrNotRetryable: Retry was given a verdict that is not a refusal
@@ -84,10 +90,17 @@ func (c *Client) Subjects() events.Subjects { return c.subjects }
 func newID() string { return nuid.Next() }
 
 // publish stores ev in the events stream: up to PublishAttempts attempts,
-// each waiting AckTimeout for the JetStream ack, all with Nats-Msg-Id = the
-// event id, so an attempt whose ack was lost is dropped by the stream's
-// dedupe window instead of stored twice. Errors the next attempt cannot
-// cure (a stream that refuses the message) end it at once.
+// each waiting AckTimeout for the JetStream ack, all with Nats-Msg-Id =
+// events.MsgID(source, id), so an attempt whose ack was lost is dropped by
+// the stream's dedupe window instead of stored twice. Errors the next
+// attempt cannot cure (a stream that refuses the message) end it at once.
+//
+// A duplicate ack is taken for this event's own earlier attempt only when
+// one was stored or went unanswered. Otherwise the stream holds some other
+// message under the message id (ids are fresh NUIDs, so no earlier event
+// of this client has it), and publish returns an error wrapping ErrMsgIDTaken: the client
+// cannot read the stream to compare (an agent has no JetStream API
+// access), and it never counts such an ack as stored.
 func (c *Client) publish(ctx context.Context, ev *outEvent) (*jetstream.PubAck, error) {
 	var last error
 	for attempt := 0; attempt < c.cfg.PublishAttempts; attempt++ {
@@ -101,10 +114,19 @@ func (c *Client) publish(ctx context.Context, ev *outEvent) (*jetstream.PubAck, 
 		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
 		ack, err := c.js.PublishMsg(actx, ev.msg,
-			jetstream.WithMsgID(ev.id), jetstream.WithExpectStream(c.cfg.Stream))
+			jetstream.WithMsgID(ev.msgID), jetstream.WithExpectStream(c.cfg.Stream))
 		cancel()
+		if err == nil && ack.Duplicate && !ev.mayBeStored {
+			return nil, c.publishErr(ev, fmt.Errorf("%w (%s, stream sequence %d), and this event was never stored before: another publisher set the same Nats-Msg-Id; the session sends the event again once the stream's dedupe window has passed",
+				ErrMsgIDTaken, ev.msgID, ack.Sequence))
+		}
 		if err == nil {
+			ev.mayBeStored = true
 			return ack, nil
+		}
+		var api *jetstream.APIError
+		if !errors.As(err, &api) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			ev.mayBeStored = true // it may have reached the stream
 		}
 		last = err
 		if ctx.Err() != nil {
@@ -118,8 +140,8 @@ func (c *Client) publish(ctx context.Context, ev *outEvent) (*jetstream.PubAck, 
 }
 
 func (c *Client) publishErr(ev *outEvent, err error) error {
-	return fmt.Errorf("%w: %s event %s of session %s on %s (stream %s): %w",
-		ErrNotPublished, ev.typ, ev.id, ev.session, ev.msg.Subject, c.cfg.Stream, err)
+	return fmt.Errorf("%w: %s event %s of source %s, session %s, on %s (stream %s): %w",
+		ErrNotPublished, ev.typ, ev.id, c.cfg.Source, ev.session, ev.msg.Subject, c.cfg.Stream, err)
 }
 
 // transient reports whether another attempt of a publish may succeed.

@@ -29,9 +29,16 @@
 // and a counter: an agent that restarts and resumes a session (see
 // SessionConfig.Head) cannot collide with the ids it used before, which
 // seamguard would drop as duplicates. Idempotence comes from reusing the id:
-// every attempt to publish one event carries the same ce-id and
-// Nats-Msg-Id = ce-id, so the stream's dedupe window (10 minutes by default)
-// drops an attempt whose first ack was lost. When every attempt fails the
+// every attempt to publish one event carries the same ce-id and the same
+// Nats-Msg-Id, events.MsgID(source, id), so the stream's dedupe window (10
+// minutes by default) drops an attempt whose first ack was lost. The
+// message id is derived from the source and the id together, as CloudEvents
+// identifies an event: another agent's event with the same id is a
+// different message, and the stream keeps both. A duplicate ack counts as
+// stored only after an attempt of the same event was stored or went
+// unanswered; on the first attempt it means another message holds the
+// message id, and the error wraps ErrMsgIDTaken (and ErrNotPublished): the
+// client cannot read the stream to compare. When every attempt fails the
 // method returns an error wrapping ErrNotPublished and the session keeps the
 // event: it is sent again, same id, before the session's next event, or by
 // Flush. Nothing later overtakes it. A turn in that state still counts as

@@ -14,9 +14,13 @@ import (
 // it takes: every attempt sends the same id and bytes.
 type outEvent struct {
 	id      string
+	msgID   string // events.MsgID(source, id)
 	typ     string
 	session string
 	msg     *nats.Msg
+	// mayBeStored: an attempt was stored, or went out and no answer came
+	// back; a later duplicate ack is then this event's own.
+	mayBeStored bool
 }
 
 // build encodes one input event as a CloudEvent on the session's events
@@ -54,7 +58,7 @@ func (c *Client) build(session, typ, id string, data any) (*outEvent, error) {
 		m.Header.Set("Content-Type", events.ContentTypeJSON)
 		m.Data = raw
 	}
-	return &outEvent{id: id, typ: typ, session: session, msg: m}, nil
+	return &outEvent{id: id, msgID: events.MsgID(c.cfg.Source, id), typ: typ, session: session, msg: m}, nil
 }
 
 // percentEncode encodes what the CloudEvents NATS binding's draft asks to

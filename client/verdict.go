@@ -174,13 +174,13 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 			if s.c.cfg.OnUnattributed != nil {
 				s.c.cfg.OnUnattributed(u)
 			}
-			if u.Claims != nil && answers(u.Claims, eventID, req.RequestID) {
+			if u.Claims != nil && answers(u.Claims, events.MsgID(s.c.cfg.Source, eventID), eventID, req.RequestID) {
 				forged = append(forged, u)
 			}
 			continue // never taken for an answer
 		}
 		v := a.Verdict
-		if d, ok := v.Data.(*events.EventRejected); ok && rejects(v, d, eventID) {
+		if d, ok := v.Data.(*events.EventRejected); ok && rejects(v, d, events.MsgID(s.c.cfg.Source, eventID), eventID) {
 			return nil, &RejectedError{Session: s.id, EventID: eventID, Rejection: d, Signer: a.Signer, Unattributed: forged}
 		}
 		if v.Cause.ID != eventID {
@@ -293,10 +293,11 @@ func (s *Session) Compact(ctx context.Context, req events.CompactionRequested) (
 }
 
 // answers reports whether v claims to answer the compaction request
-// (requestID) published as event eventID: as its verdict or its rejection.
-func answers(v *events.Verdict, eventID, requestID string) bool {
+// (requestID) published as event eventID under Nats-Msg-Id msgID: as its
+// verdict or its rejection.
+func answers(v *events.Verdict, msgID, eventID, requestID string) bool {
 	if d, ok := v.Data.(*events.EventRejected); ok {
-		return rejects(v, d, eventID)
+		return rejects(v, d, msgID, eventID)
 	}
 	if v.Cause.ID != eventID {
 		return false
@@ -314,18 +315,26 @@ func answers(v *events.Verdict, eventID, requestID string) bool {
 
 // rejects reports whether a rejection answers the event eventID. A
 // rejection has a causationid only when the event decoded far enough to
-// have an id; otherwise it names the input by its headers, and the client
-// set Nats-Msg-Id (and, in binary mode, ce-id) to the event id.
-func rejects(v *events.Verdict, d *events.EventRejected, eventID string) bool {
+// have an id; otherwise it names the input by its headers: the client set
+// Nats-Msg-Id to msgID (events.MsgID of its source and the event id) and,
+// in binary mode, ce-id to the event id.
+func rejects(v *events.Verdict, d *events.EventRejected, msgID, eventID string) bool {
 	if v.Cause.ID != "" {
 		return v.Cause.ID == eventID
 	}
 	for name, vals := range d.Input.Headers {
-		if strings.EqualFold(name, jetstream.MsgIDHeader) || strings.EqualFold(name, "ce-id") {
-			for _, val := range vals {
-				if val == eventID {
-					return true
-				}
+		want := ""
+		switch {
+		case strings.EqualFold(name, jetstream.MsgIDHeader):
+			want = msgID
+		case strings.EqualFold(name, "ce-id"):
+			want = eventID
+		default:
+			continue
+		}
+		for _, val := range vals {
+			if val == want {
+				return true
 			}
 		}
 	}
