@@ -65,8 +65,8 @@ func capture(t *testing.T, nc *nats.Conn) func(n int) []*nats.Msg {
 
 // TestEventsAreCloudEvents checks what the client puts on the wire, in
 // both content modes: events the codec and the CloudEvents SDK both read,
-// with the offsets the session computed, Nats-Msg-Id = id, and header
-// values percent-encoded.
+// with the offsets the session computed, Nats-Msg-Id =
+// events.MsgID(source, id), and header values percent-encoded.
 func TestEventsAreCloudEvents(t *testing.T) {
 	sg := newSeamguard(t, false)
 	const source = `urn:agent:tëst "100%"`
@@ -110,7 +110,7 @@ func TestEventsAreCloudEvents(t *testing.T) {
 				assert.Equal(t, source, ev.Source)
 				assert.Equal(t, "wire-"+name, ev.Subject)
 				assert.WithinDuration(t, time.Now(), ev.Time, time.Minute)
-				assert.Equal(t, ev.ID, m.Header.Get(jetstream.MsgIDHeader))
+				assert.Equal(t, events.MsgID(source, ev.ID), m.Header.Get(jetstream.MsgIDHeader))
 				assert.False(t, ids[ev.ID], "id %s used twice", ev.ID)
 				ids[ev.ID] = true
 				if structured {

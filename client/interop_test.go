@@ -154,7 +154,7 @@ func TestInteropNATSCLI(t *testing.T) {
 	first, err := s.GetMsg(testContext(t), 1)
 	require.NoError(t, err)
 	assert.Equal(t, "1.0", first.Header.Get("ce-specversion"))
-	assert.Equal(t, "ops-agent-42-0001", first.Header.Get("Nats-Msg-Id"))
+	assert.Equal(t, events.MsgID(first.Header.Get("ce-source"), "ops-agent-42-0001"), first.Header.Get("Nats-Msg-Id"))
 
 	got := requireSeedVerdicts(t, sg)
 	// Stored byte for byte as the offline check read them, the spill is the
@@ -177,12 +177,13 @@ func TestInteropNATSCLI(t *testing.T) {
 
 // cliHeaders turns one structured event into the CLI's --header flags:
 // ce-<attribute> for every attribute but data and datacontenttype, which
-// becomes Content-Type, and Nats-Msg-Id = id.
+// becomes Content-Type, and Nats-Msg-Id = events.MsgID(source, id).
 func cliHeaders(t *testing.T, line []byte) []string {
 	t.Helper()
 	var attrs map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(line, &attrs))
 	var out []string
+	var source, id string
 	for _, name := range []string{"specversion", "id", "source", "type", "subject", "time", "datacontenttype"} {
 		raw, ok := attrs[name]
 		if !ok {
@@ -195,11 +196,14 @@ func cliHeaders(t *testing.T, line []byte) []string {
 			key = "Content-Type"
 		}
 		out = append(out, "--header", key+":"+val)
-		if name == "id" {
-			out = append(out, "--header", "Nats-Msg-Id:"+val)
+		switch name {
+		case "id":
+			id = val
+		case "source":
+			source = val
 		}
 	}
-	return out
+	return append(out, "--header", "Nats-Msg-Id:"+events.MsgID(source, id))
 }
 
 // natsCLI returns the path of a nats CLI v0.5.0, building it into the user
