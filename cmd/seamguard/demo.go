@@ -335,17 +335,20 @@ func (a *agent) send(ctx context.Context, typ string, data map[string]any) error
 	id := fmt.Sprintf("%s-%04d", a.session, a.n)
 	m.Header.Set("ce-specversion", "1.0")
 	m.Header.Set("ce-id", id)
-	m.Header.Set("ce-source", "urn:agent:demo/worker-1")
+	m.Header.Set("ce-source", demoSource)
 	m.Header.Set("ce-type", events.TypePrefix+typ)
 	m.Header.Set("ce-subject", a.session)
 	m.Header.Set("ce-time", time.Now().UTC().Format(time.RFC3339Nano))
 	m.Header.Set("Content-Type", "application/json")
 	m.Data = body
-	if _, err := a.js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
+	if _, err := a.js.PublishMsg(ctx, m, jetstream.WithMsgID(events.MsgID(demoSource, id))); err != nil {
 		return fmt.Errorf("publishing %s: %w", typ, err)
 	}
 	return nil
 }
+
+// demoSource is the CloudEvents source of the demo agent's events.
+const demoSource = "urn:agent:demo/worker-1"
 
 func demoTurns() []map[string]any {
 	var ts []map[string]any

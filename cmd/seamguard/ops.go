@@ -502,7 +502,7 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	m := nats.NewMsg(cfg.Subjects().Control(session))
 	m.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	m.Data = body
-	ack, err := publishRetrying(ctx, js, m, id)
+	ack, err := publishRetrying(ctx, js, m, events.MsgID(src, id))
 	if err != nil {
 		return fmt.Errorf("publishing the resume: %w", err)
 	}
@@ -519,7 +519,7 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		}
 		return err
 	}
-	if r := w.byID[id].rejection; r != nil {
+	if r := w.byID[waitKey(session, id)].rejection; r != nil {
 		hint := ""
 		switch r.Code {
 		case events.CodeUnknownSession:

@@ -67,8 +67,14 @@ const publishUsage = `usage: seamguard publish [flags] FILE... (- reads standard
 Plays JSON Lines of structured CloudEvents (as seamguard check reads them) into
 a running seamguard, in order, each event acknowledged by JetStream before the
 next: a session.resumed on <prefix>.control.<session>, every other event on
-<prefix>.events.<session>. Nats-Msg-Id is the event's id, so an event published
-again within the events stream's dedupe window is not added twice. The files are
+<prefix>.events.<session>. Nats-Msg-Id is derived from the event's source and id
+together (see docs/agents.md), so an event published again within the events
+stream's dedupe window is not added twice, and another agent's event with the
+same id is not dropped. When the stream answers that it holds the message id
+already, the stored event is read back (this needs STREAM.MSG.GET on the events
+stream, which the operator identity has) and compared: the same event is
+reported as published before; a different one (or one that cannot be read) is an
+error, and the run stops with exit status 1. The files are
 checked before anything is published: bad lines stop the run, each named as
 FILE:LINE with the field and what to fix (--keep-going publishes the other
 lines instead). Standard input is checked line by line, as it is published.
@@ -386,7 +392,8 @@ func (p *publisher) event(ctx context.Context, where string, line []byte) error 
 			return err
 		}
 	}
-	ack, err := p.send(ctx, m, ev.ID)
+	msgID := events.MsgID(ev.Source, ev.ID)
+	ack, err := p.send(ctx, m, msgID)
 	if err != nil {
 		// A refused permission is the server's answer to this line; say
 		// which line, and what was refused.
@@ -395,6 +402,11 @@ func (p *publisher) event(ctx context.Context, where string, line []byte) error 
 			return fmt.Errorf("%s: publishing %s %s on %s was refused: %w", where, termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), m.Subject, p.denied.explain(err, refused))
 		}
 		return fmt.Errorf("%s: publishing %s %s on %s: %w", where, termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), m.Subject, err)
+	}
+	if ack.Duplicate {
+		if err := storedBefore(ctx, p.nc, p.denied, p.subj, ev, msgID, ack); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
 	}
 	p.sessions[ev.Subject] = true
 	if ack.Duplicate {
@@ -491,18 +503,18 @@ func percentEncode(s string) string {
 	return string(b)
 }
 
-// send publishes m with its id as Nats-Msg-Id, retrying what a retry can
-// cure (no answer, no responders) a bounded number of times, each time the
-// same message with the same id.
-func (p *publisher) send(ctx context.Context, m *nats.Msg, id string) (*jetstream.PubAck, error) {
-	return publishRetrying(ctx, p.js, m, id)
+// send publishes m with Nats-Msg-Id msgID (events.MsgID of its source and
+// id), retrying what a retry can cure (no answer, no responders) a bounded
+// number of times, each time the same message with the same id.
+func (p *publisher) send(ctx context.Context, m *nats.Msg, msgID string) (*jetstream.PubAck, error) {
+	return publishRetrying(ctx, p.js, m, msgID)
 }
 
-func publishRetrying(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) (*jetstream.PubAck, error) {
+func publishRetrying(ctx context.Context, js jetstream.JetStream, m *nats.Msg, msgID string) (*jetstream.PubAck, error) {
 	wait := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
-		ack, err := js.PublishMsg(actx, m, jetstream.WithMsgID(id))
+		ack, err := js.PublishMsg(actx, m, jetstream.WithMsgID(msgID))
 		cancel()
 		if err == nil {
 			return ack, nil
@@ -528,6 +540,63 @@ func publishRetrying(ctx context.Context, js jetstream.JetStream, m *nats.Msg, i
 	}
 }
 
+// storedBefore checks a duplicate ack: the stream stored nothing, because it
+// holds a message under msgID already, at ack.Sequence. It reads that
+// message and returns nil only when it is ev itself (the same source, id,
+// type, session, time and data): a re-publish. Another event under the
+// same message id, or one that cannot be read to compare, is an error
+// naming both, for nothing of ev was stored.
+func storedBefore(ctx context.Context, nc *nats.Conn, denied *denials, subj events.Subjects, ev *events.Event, msgID string, ack *jetstream.PubAck) error {
+	this := fmt.Sprintf("%s %s of source %s (session %s)", termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), termtext.Escape(ev.Source), ev.Subject)
+	js, err := nc.JetStream()
+	if err != nil {
+		return err
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	raw, err := js.GetMsg(ack.Stream, ack.Sequence, nats.Context(gctx))
+	if err != nil {
+		api := "$JS.API.STREAM.MSG.GET." + ack.Stream
+		if got := denied.recorded(func(v denial) bool { return v.verb == "publish" && v.subject == api }); len(got) > 0 {
+			err = denied.explain(err, func(v denial) bool { return v.verb == "publish" && v.subject == api })
+		}
+		return fmt.Errorf("%s was not stored: stream %s holds a message under its message id %s already (sequence %d), which could not be read to tell whether it is this event: %w; publish with an identity that may read the events stream (the operator's) to compare",
+			this, ack.Stream, msgID, ack.Sequence, err)
+	}
+	stored, err := events.DecodeMsg(raw.Subject, raw.Header, raw.Data, subj)
+	if err != nil {
+		return fmt.Errorf("%s was not stored: stream %s holds another message under its message id %s (sequence %d, on %s, not a readable event: %v)",
+			this, ack.Stream, msgID, ack.Sequence, raw.Subject, err)
+	}
+	if diff := eventDiff(stored, ev); diff != "" {
+		return fmt.Errorf("%s was not stored: stream %s holds another event under its message id %s: %s %s of source %s (session %s, sequence %d), which differs in %s",
+			this, ack.Stream, msgID, termtext.Escape(shortType(stored.Type)), termtext.Escape(stored.ID), termtext.Escape(stored.Source), termtext.Escape(stored.Subject), ack.Sequence, diff)
+	}
+	return nil
+}
+
+// eventDiff names what differs between two events (their CloudEvents
+// attributes and data; not the content mode they travelled in), or "".
+func eventDiff(a, b *events.Event) string {
+	var d []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"source", a.Source == b.Source},
+		{"id", a.ID == b.ID},
+		{"type", a.Type == b.Type},
+		{"subject", a.Subject == b.Subject},
+		{"time", a.Time.Equal(b.Time)},
+		{"data", bytes.Equal(a.Data, b.Data)},
+	} {
+		if !f.same {
+			d = append(d, f.name)
+		}
+	}
+	return strings.Join(d, ", ")
+}
+
 // A waiter follows what the processor makes of the events a command
 // publishes: the verdicts on them (by causationid), and, for the events no
 // verdict answers, the session's state in the bucket, whose last applied
@@ -550,6 +619,10 @@ type waiter struct {
 
 	allowed, refused, spilled, halted, rejected, violations, verdictless int
 }
+
+// waitKey is the key of byID: a verdict names its session and the id of
+// the event it answers (two sources may use the same id).
+func waitKey(session, id string) string { return session + "\x00" + id }
 
 // sentEvent is an event this command published, not as a duplicate.
 type sentEvent struct {
@@ -647,7 +720,7 @@ func (w *waiter) sent(where string, ev *events.Event, ack *jetstream.PubAck) {
 	if isReq {
 		se.requestID = req.RequestID
 	}
-	w.byID[ev.ID] = se
+	w.byID[waitKey(ev.Subject, ev.ID)] = se
 	s := w.sessions[ev.Subject]
 	if s == nil {
 		s = &sessionWait{}
@@ -680,7 +753,7 @@ func (w *waiter) handle(body []byte) bool {
 	if err != nil || w.seen[v.ID] {
 		return false
 	}
-	se := w.byID[v.Cause.ID]
+	se := w.byID[waitKey(v.Session, v.Cause.ID)]
 	if se == nil {
 		return false // on another publisher's event
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -150,7 +151,9 @@ func TestPublishGapThenResume(t *testing.T) {
 	m, err := s.GetLastMsgForSubject(context.Background(), "seamguard.control.gap-then-resume")
 	require.NoError(t, err, "the resume is on the control subject")
 	assert.Contains(t, string(m.Data), `"id":"gap-then-resume-0008"`)
-	assert.Equal(t, "gap-then-resume-0008", m.Header.Get(jetstream.MsgIDHeader))
+	ev, err := events.DecodeJSON(m.Data, events.Meta{})
+	require.NoError(t, err)
+	assert.Equal(t, events.MsgID(ev.Source, "gap-then-resume-0008"), m.Header.Get(jetstream.MsgIDHeader))
 }
 
 // TestPublishBadLines: a line that is not an event stops the run at once,
@@ -429,4 +432,54 @@ func TestDemoHint(t *testing.T) {
 	assert.Contains(t, string(b), "Do not touch anything under /etc.")
 	_, err = os.Stat(filepath.Join(root, "seamguard-data"))
 	assert.NoError(t, err, "serve keeps its data where the hint says")
+}
+
+// agentStory is a short session of one agent whose event ids are 1, 2, 3
+// and 4, as an agent numbering its events would send them: opened, two
+// turns, and a compaction request the processor allows.
+func agentStory(source, session, content string) []string {
+	ev := func(id, typ, data string) string {
+		return fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":%q,"type":"io.seamguard.%s","subject":%q,"time":"2026-11-02T09:00:0%sZ","datacontenttype":"application/json","data":%s}`,
+			id, source, typ, session, id, data)
+	}
+	return []string{
+		ev("1", "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`),
+		ev("2", "turn.appended", fmt.Sprintf(`{"offset":0,"size":1,"content":%q}`, content)),
+		ev("3", "turn.appended", `{"offset":1,"size":1}`),
+		ev("4", "compaction.requested", `{"request_id":"r","summarizer_input":{"start":0,"end":2},"summary_range":{"start":0,"end":1},"tail_start":1}`),
+	}
+}
+
+// TestPublishSameIDsTwoSources: two agents use the same event ids (1 to 4)
+// for two sessions; publish stores both and the processor decides both.
+// Publishing one again is reported as published before; an event of the
+// same source and id but other content is an error naming both, exit 1,
+// and nothing of it is stored.
+func TestPublishSameIDsTwoSources(t *testing.T) {
+	l := startLive(t)
+	a := writeStory(t, "a.jsonl", agentStory("urn:agent:a", "session-a", "from a"))
+	b := writeStory(t, "b.jsonl", agentStory("urn:agent:b", "session-b", "from b"))
+
+	code, out, errs, _ := l.cli(t, "publish", a, b, "--wait")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "published 8 event(s) of 2 session(s)")
+	assert.NotContains(t, errs, "more were in the events stream already")
+	assert.Regexp(t, `a\.jsonl:4 session-a +allowed +r:`, out)
+	assert.Regexp(t, `b\.jsonl:4 session-b +allowed +r:`, out)
+	assert.Contains(t, errs, "the processor handled them all: 2 allowed")
+	assert.Equal(t, uint64(8), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"))
+
+	code, _, errs, _ = l.cli(t, "publish", b)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "published 0 event(s) of 1 session(s); 4 more were in the events stream already")
+
+	other := agentStory("urn:agent:b", "session-b", "something else")
+	changed := writeStory(t, "changed.jsonl", other[1:2])
+	code, _, errs, _ = l.cli(t, "publish", changed)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "changed.jsonl:1: turn.appended 2 of source urn:agent:b (session session-b) was not stored")
+	assert.Contains(t, errs, "holds another event under its message id "+events.MsgID("urn:agent:b", "2"))
+	assert.Contains(t, errs, "turn.appended 2 of source urn:agent:b (session session-b, sequence 6), which differs in data")
+	assert.NotContains(t, errs, "more were in the events stream already")
+	assert.Equal(t, uint64(8), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"))
 }
