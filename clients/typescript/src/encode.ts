@@ -6,6 +6,8 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
+
 import { headers, type MsgHdrs } from "@nats-io/transport-node";
 
 import type { ResolvedConfig } from "./config.js";
@@ -23,11 +25,37 @@ export const CONTENT_TYPE_CLOUDEVENTS_JSON = "application/cloudevents+json";
  */
 export interface OutEvent {
   readonly id: string;
+  /** Its `Nats-Msg-Id`: {@link msgId} of the source and id. */
+  readonly msgId: string;
   readonly type: string;
   readonly session: string;
   readonly subject: string;
   readonly headers: MsgHdrs;
   readonly body: Uint8Array;
+  /**
+   * An attempt was stored, or went out and no answer came back: a later
+   * duplicate ack is this event's own.
+   */
+  mayBeStored: boolean;
+}
+
+/** Starts every message id {@link msgId} derives; names the derivation. */
+export const MSG_ID_PREFIX = "ce1-";
+
+/**
+ * The `Nats-Msg-Id` of the event (`source`, `id`), the same as the Go
+ * `events.MsgID`: `ce1-` and the lower-case hex SHA-256 of the two as
+ * netstrings, `len(source) ":" source "," len(id) ":" id ","`, lengths in
+ * UTF-8 bytes, in decimal. CloudEvents makes an event unique by source and
+ * id together; so does this, so another agent's event with the same id is
+ * not dropped by the events stream's dedupe.
+ */
+export function msgId(source: string, id: string): string {
+  const s = encoder.encode(source);
+  const i = encoder.encode(id);
+  const h = createHash("sha256");
+  h.update(`${s.length}:`).update(s).update(`,${i.length}:`).update(i).update(",");
+  return MSG_ID_PREFIX + h.digest("hex");
 }
 
 const encoder = new TextEncoder();
@@ -98,5 +126,5 @@ export function buildEvent(
     h.set("Content-Type", CONTENT_TYPE_JSON);
     body = encoder.encode(JSON.stringify(data));
   }
-  return { id, type, session, subject, headers: h, body };
+  return { id, msgId: msgId(config.source, id), type, session, subject, headers: h, body, mayBeStored: false };
 }

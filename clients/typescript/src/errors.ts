@@ -47,7 +47,7 @@ export class ArgumentError extends SeamguardError {
 export class NotPublishedError extends SeamguardError {
   /** The session of the event. */
   readonly session: string;
-  /** The id of the event that was not stored, also its `Nats-Msg-Id`. */
+  /** The id of the event that was not stored. */
   readonly eventId: string;
   /** That event's CloudEvents type. */
   readonly eventType: string;
@@ -65,6 +65,12 @@ export class NotPublishedError extends SeamguardError {
    * still unpublished: the call changed nothing.
    */
   readonly kept: boolean;
+  /**
+   * True when the events stream answered the event's first publish as a
+   * duplicate: it holds another message under the event's `Nats-Msg-Id`
+   * (`msgId` of the source and id) and did not store this one.
+   */
+  msgIdTaken = false;
 
   /** @internal */
   constructor(

@@ -52,7 +52,7 @@ export { droppedPins, isRetryable, mustCarryPins } from "./verdict.js";
 export type { AllowedVerdict, HaltedVerdict, RefusedVerdict, Verdict, VerdictBase } from "./verdict.js";
 export { decodeDigest, sameDigest } from "./recover.js";
 export type { ChunkSink, RecoverOptions, RecoveredTranscript } from "./recover.js";
-export { percentEncode } from "./encode.js";
+export { MSG_ID_PREFIX, msgId, percentEncode } from "./encode.js";
 export { InputTypes, MAX_OFFSET, TYPE_PREFIX, UNITS, VerdictTypes } from "./types.js";
 export type {
   CompactionAllowed,

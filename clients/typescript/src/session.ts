@@ -10,7 +10,7 @@ import type { Msg, Subscription } from "@nats-io/transport-node";
 import { verifyVerdict, type Attribution } from "./attest.js";
 import type { Unattributed } from "./config.js";
 
-import { buildEvent, type OutEvent } from "./encode.js";
+import { buildEvent, msgId, type OutEvent } from "./encode.js";
 import { newId, type Core } from "./core.js";
 import {
   ArgumentError,
@@ -48,12 +48,13 @@ export interface CallOptions {
 
 /**
  * Reports whether the verdict event `ev` claims to answer the request
- * `sent`, published as `eventId`: as its verdict or its rejection.
+ * `sent`, published as `eventId` from `source`: as its verdict or its
+ * rejection.
  */
-function claimsToAnswer(ev: VerdictEvent, sent: SentCompactionRequest, eventId: string): boolean {
+function claimsToAnswer(ev: VerdictEvent, sent: SentCompactionRequest, source: string, eventId: string): boolean {
   if (ev.type === VerdictTypes.eventRejected) {
     try {
-      return rejects(ev, parseRejected(ev.data), (x) => x === eventId) !== undefined;
+      return rejects(ev, parseRejected(ev.data), ...answering(source, eventId)) !== undefined;
     } catch {
       return false;
     }
@@ -131,6 +132,12 @@ export interface Turn {
 /** The rejected ids a session remembers to match rejections against. */
 const REMEMBERED_IDS = 4096;
 
+/** The matchers of {@link rejects} for the one event `eventId` of `source`. */
+function answering(source: string, eventId: string): [(id: string) => boolean, (m: string) => string | undefined] {
+  const mine = msgId(source, eventId);
+  return [(x) => x === eventId, (m) => (m === mine ? eventId : undefined)];
+}
+
 /** Most requests {@link Session.compact} sends for one compaction. */
 const MAX_COMPACT_STEPS = 4;
 
@@ -195,7 +202,7 @@ export class Session {
   #closed = false;
   readonly #onRejected: ((err: RejectedError) => void) | undefined;
   #rejections: Subscription | undefined;
-  readonly #ours = new Set<string>();
+  readonly #ours = new Map<string, string>(); // event id → its Nats-Msg-Id
 
   /** @internal Use {@link SeamguardClient.open}. */
   constructor(core: Core, id: string, unit: Unit, head: number, onRejected: ((err: RejectedError) => void) | undefined) {
@@ -283,7 +290,15 @@ export class Session {
     } catch {
       return;
     }
-    const id = rejects(ev, d, (x) => this.#ours.has(x));
+    const id = rejects(
+      ev,
+      d,
+      (x) => this.#ours.has(x),
+      (m) => {
+        for (const [id, mid] of this.#ours) if (mid === m) return id;
+        return undefined;
+      },
+    );
     if (id === undefined) return;
     try {
       this.#onRejected(new RejectedError(this.id, id, d));
@@ -294,7 +309,7 @@ export class Session {
 
   #remember(id: string): void {
     if (this.#onRejected === undefined) return;
-    this.#ours.add(id);
+    this.#ours.set(id, msgId(this.#core.config.source, id));
     if (this.#ours.size > REMEMBERED_IDS) {
       const oldest = this.#ours.values().next();
       if (oldest.done !== true) this.#ours.delete(oldest.value);
@@ -576,14 +591,14 @@ export class Session {
             if (!a.ok) {
               // Never an answer: reported, and kept if it claimed to be one.
               const u = this.#unattributed(m.subject, a, m.data);
-              if (ev !== undefined && claimsToAnswer(ev, sent, eventId)) forged.push(u);
+              if (ev !== undefined && claimsToAnswer(ev, sent, this.#core.config.source, eventId)) forged.push(u);
               return;
             }
             if (ev === undefined) return;
             if (ev.type === VerdictTypes.eventRejected) {
               try {
                 const d = parseRejected(ev.data);
-                if (rejects(ev, d, (x) => x === eventId) !== undefined) settle?.reject(new RejectedError(this.id, eventId, d));
+                if (rejects(ev, d, ...answering(this.#core.config.source, eventId)) !== undefined) settle?.reject(new RejectedError(this.id, eventId, d));
               } catch {
                 // not a rejection we can read
               }

@@ -333,19 +333,27 @@ export function toVerdict(
 }
 
 /**
- * Reports whether the rejection `ev` (data `d`) answers the event `eventId`.
- * A rejection has a causationid when the event decoded far enough to have
- * an id; otherwise it names the input by its headers, and the client set
- * `Nats-Msg-Id` (and, in binary mode, `ce-id`) to the event id.
+ * Reports which of our events the rejection `ev` (data `d`) answers, if
+ * any: its id. A rejection has a causationid when the event decoded far
+ * enough to have an id; otherwise it names the input by its headers: the
+ * client set `Nats-Msg-Id` to `msgId(source, id)` (`byMsgId` maps it back
+ * to our event id) and, in binary mode, `ce-id` to the event id.
  * @internal
  */
-export function rejects(ev: VerdictEvent, d: EventRejected, isOurs: (id: string) => boolean): string | undefined {
+export function rejects(
+  ev: VerdictEvent,
+  d: EventRejected,
+  isOurs: (id: string) => boolean,
+  byMsgId: (msgId: string) => string | undefined,
+): string | undefined {
   if (ev.causationId !== "") return isOurs(ev.causationId) ? ev.causationId : undefined;
   for (const [name, vals] of Object.entries(d.input.headers)) {
     const n = name.toLowerCase();
-    if (n === "nats-msg-id" || n === "ce-id") {
-      for (const v of vals) {
-        if (isOurs(v)) return v;
+    for (const v of vals) {
+      if (n === "ce-id" && isOurs(v)) return v;
+      if (n === "nats-msg-id") {
+        const id = byMsgId(v);
+        if (id !== undefined) return id;
       }
     }
   }

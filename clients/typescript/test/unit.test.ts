@@ -2,10 +2,23 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 
-import { ArgumentError, SeamguardClient, decodeDigest, percentEncode, resolveConfig, sameDigest, streamName, validateConfig, validateSessionOptions } from "../src/index.js";
+import { repoRoot } from "./harness.js";
+import { ArgumentError, MSG_ID_PREFIX, SeamguardClient, decodeDigest, msgId, percentEncode, resolveConfig, sameDigest, streamName, validateConfig, validateSessionOptions } from "../src/index.js";
 import type { NatsConnection } from "@nats-io/transport-node";
+
+test("msgId derives the same Nats-Msg-Id as the Go events.MsgID (events/testdata/msgid.json)", () => {
+  const golden = JSON.parse(readFileSync(join(repoRoot, "events", "testdata", "msgid.json"), "utf8")) as { source: string; id: string; msgid: string }[];
+  assert.ok(golden.length > 0);
+  for (const c of golden) {
+    assert.equal(msgId(c.source, c.id), c.msgid, `source ${JSON.stringify(c.source)} id ${JSON.stringify(c.id)}`);
+  }
+  assert.notEqual(msgId("a:b", "c"), msgId("a", "b:c"));
+  assert.ok(msgId("urn:agent:a", "1").startsWith(MSG_ID_PREFIX));
+});
 
 test("percentEncode encodes space, quote, percent and every byte outside printable ASCII", () => {
   const cases: [string, string][] = [

@@ -5,12 +5,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { type Msg, type NatsConnection } from "@nats-io/transport-node";
 
 import { resolveConfig } from "../src/config.js";
 import { Core, newId } from "../src/core.js";
-import { buildEvent } from "../src/encode.js";
+import { buildEvent, msgId } from "../src/encode.js";
 import { NotPublishedError, RejectedError, SeamguardClient } from "../src/index.js";
 import { eventually, natsConnect, startServe, type Serve } from "./harness.js";
 
@@ -45,7 +45,7 @@ describe("the wire", () => {
   const source = 'urn:agent:tëst "100%"';
   for (const structured of [false, true]) {
     const mode = structured ? "structured" : "binary";
-    test(`${mode} mode: CloudEvents with Nats-Msg-Id = id, percent-encoded headers, offsets counted by the session; the processor accepts them`, async () => {
+    test(`${mode} mode: CloudEvents with Nats-Msg-Id = msgId(source, id), percent-encoded headers, offsets counted by the session; the processor accepts them`, async () => {
       const cap = await capture(nc);
       const rejected: RejectedError[] = [];
       const client = new SeamguardClient(nc, { source, structured });
@@ -114,7 +114,7 @@ describe("the wire", () => {
         assert.equal(ev["type"], type, `event ${i}`);
         assert.deepEqual(ev["data"], data, `event ${i}`);
         assert.equal(ev["subject"], session);
-        assert.equal(h.get("Nats-Msg-Id"), ev["id"], "Nats-Msg-Id is the event id");
+        assert.equal(h.get("Nats-Msg-Id"), msgId(source, String(ev["id"])), "Nats-Msg-Id is derived from the source and id");
         assert.equal(h.get("Nats-Expected-Stream"), "SEAMGUARD_EVENTS");
         assert.ok(Math.abs(Date.parse(String(ev["time"])) - Date.now()) < 60_000, "time is now");
         assert.match(String(ev["id"]), /^[A-Za-z0-9]{22}$/, "a NUID");
@@ -154,6 +154,63 @@ describe("the wire", () => {
     assert.equal(v.data.head, 1);
     assert.deepEqual(rejected, []);
     await s.close();
+  });
+
+  test("two sources with the same event ids: both sessions are stored and decided", async () => {
+    const verdicts: Record<string, unknown>[] = [];
+    const sub = nc.subscribe("seamguard.verdicts.>", {
+      callback: (err, m) => {
+        if (err === null) verdicts.push(JSON.parse(decoder.decode(m.data)) as Record<string, unknown>);
+      },
+    });
+    await nc.flush();
+    try {
+      for (const [source, session] of [
+        ["urn:agent:ts-a", "ts-same-ids-a"],
+        ["urn:agent:ts-b", "ts-same-ids-b"],
+      ] as const) {
+        const core = new Core(nc, resolveConfig({ source }));
+        const evs = [
+          buildEvent(core.config, session, "io.seamguard.session.opened", "1", { unit: "turns", recovery_floor: { span: 1, unit: "turns" } }),
+          buildEvent(core.config, session, "io.seamguard.turn.appended", "2", { offset: 0, size: 1 }),
+          buildEvent(core.config, session, "io.seamguard.turn.appended", "3", { offset: 1, size: 1 }),
+          buildEvent(core.config, session, "io.seamguard.compaction.requested", "4", {
+            request_id: "r",
+            summarizer_input: { start: 0, end: 2 },
+            summary_range: { start: 0, end: 1 },
+            tail_start: 1,
+          }),
+        ];
+        for (const ev of evs) {
+          const ack = await core.publish(ev, undefined);
+          assert.equal(ack.duplicate, false, `${source} ${ev.id}`);
+        }
+      }
+      const decided = await eventually(
+        () => {
+          const got = verdicts.filter((v) => v["causationid"] === "4").map((v) => `${String(v["subject"])} ${String(v["type"])}`);
+          return got.length >= 2 ? got.sort() : undefined;
+        },
+        30_000,
+        "the verdicts of both sessions",
+      );
+      assert.deepEqual(decided, ["ts-same-ids-a io.seamguard.compaction.allowed", "ts-same-ids-b io.seamguard.compaction.allowed"]);
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
+  test("a duplicate ack on an event's first publish is not stored: msgIdTaken", async () => {
+    const core = new Core(nc, resolveConfig({ source: "urn:agent:ts-taken" }));
+    const js = jetstream(nc);
+    await js.publish("seamguard.events.ts-elsewhere", "{}", { msgID: msgId("urn:agent:ts-taken", "x-1") });
+    const ev = buildEvent(core.config, "ts-taken", "io.seamguard.session.opened", "x-1", { unit: "turns", recovery_floor: { span: 1, unit: "turns" } });
+    await assert.rejects(core.publish(ev, undefined), (err: unknown) => {
+      assert.ok(err instanceof NotPublishedError);
+      assert.equal(err.msgIdTaken, true);
+      assert.match(err.message, /another message under this event's message id/);
+      return true;
+    });
   });
 
   test("an event not stored stays first: kept with its id, nothing overtakes it, flush sends it again", async () => {
