@@ -33,7 +33,12 @@ func (s *session) send(body any, typ string) Result {
 
 func (s *session) sendID(id string, body any, typ string) Result {
 	s.t.Helper()
-	ev := &events.Event{ID: id, Source: "urn:test", Type: typ, Subject: s.id, Body: body, Meta: events.Meta{Subject: "seamguard.events." + s.id, Seq: s.seq, Control: onControl(body)}}
+	return s.sendFrom("urn:test", id, body, typ)
+}
+
+func (s *session) sendFrom(source, id string, body any, typ string) Result {
+	s.t.Helper()
+	ev := &events.Event{ID: id, Source: source, Type: typ, Subject: s.id, Body: body, Meta: events.Meta{Subject: "seamguard.events." + s.id, Seq: s.seq, Control: onControl(body)}}
 	res, err := Step(&s.l, Input{Event: ev}, s.cfg)
 	require.NoError(s.t, err)
 	return res
@@ -493,6 +498,29 @@ func TestDuplicates(t *testing.T) {
 	res = s.sendID("the-request", &events.CompactionRequested{RequestID: r.id, SummarizerInput: r.in, SummaryRange: r.summary, TailStart: r.tail}, events.TypeCompactionRequested)
 	assert.True(t, res.Duplicate)
 	assert.Empty(t, res.Outputs)
+}
+
+// TestSameIDsTwoSources: an event is its (source, id): two sources'
+// events with the same ids in one session are all applied, and only the
+// same source and id again is a duplicate.
+func TestSameIDsTwoSources(t *testing.T) {
+	s := newSession(t)
+	turn := func(off uint64) *events.TurnAppended { return &events.TurnAppended{Offset: off, Size: 1} }
+	require.True(t, s.sendFrom("urn:agent:a", "1", &events.SessionOpened{Unit: events.UnitTurns, RecoveryFloor: events.Floor{Span: 1, Unit: events.UnitTurns}}, events.TypeSessionOpened).Accepted)
+	for i, e := range []struct {
+		source, id string
+		off        uint64
+	}{{"urn:agent:a", "2", 0}, {"urn:agent:b", "1", 1}, {"urn:agent:b", "2", 2}, {"urn:agent:c", "2", 3}} {
+		s.seq++
+		res := s.sendFrom(e.source, e.id, turn(e.off), events.TypeTurnAppended)
+		assert.True(t, res.Accepted, "turn %d (%s, %s): %v", i, e.source, e.id, types(res))
+		assert.False(t, res.Duplicate)
+	}
+	assert.Equal(t, uint64(4), s.l.head)
+	s.seq++
+	res := s.sendFrom("urn:agent:b", "2", turn(2), events.TypeTurnAppended)
+	assert.True(t, res.Duplicate, "the same source and id again")
+	assert.Equal(t, uint64(4), s.l.head)
 }
 
 func TestProtocolErrors(t *testing.T) {
