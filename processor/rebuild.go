@@ -78,6 +78,7 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (rep RebuildReport,
 	if err != nil {
 		return rep, err
 	}
+	var dups []string // ids the stream reported as duplicates
 	sessions := map[string]*session{}
 	err = p.readAll(ctx, p.cfg.Names().Events, func(m jetstream.Msg, seq uint64) error {
 		rep.Events++
@@ -116,12 +117,15 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (rep RebuildReport,
 			if stored {
 				rep.Republished++
 			} else {
-				rep.Withheld = append(rep.Withheld, id)
+				dups = append(dups, id)
 			}
 		}
 		return nil
 	})
 	if err != nil {
+		return rep, err
+	}
+	if rep.Withheld, err = p.withheld(ctx, dups); err != nil {
 		return rep, err
 	}
 	ids := make([]string, 0, len(sessions))
@@ -184,11 +188,11 @@ func (p *Processor) takeAllLeases(ctx context.Context) (*leases, error) {
 
 // republish publishes a verdict that the verdict stream lacked when the
 // rebuild read it, with its deterministic id as Nats-Msg-Id, and reports
-// whether the stream stored it. A verdict the stream reports as a
+// whether the stream stored it now. A verdict the stream reports as a
 // duplicate is not published again: either it is stored (published since
 // the stream was read), or it was deleted from the stream within its
-// dedupe window, which still remembers its id; the caller reports that
-// one (RebuildReport.Withheld).
+// dedupe window, which still remembers its id; the caller tells which
+// (withheld).
 func (p *Processor) republish(ctx context.Context, o events.Output) (bool, error) {
 	pub, err := p.publish(ctx, &budget{limit: p.cfg.RetryFor}, o)
 	if err != nil {
@@ -201,17 +205,28 @@ func (p *Processor) republish(ctx context.Context, o events.Output) (bool, error
 	if !ack.Duplicate {
 		return true, nil
 	}
-	// The ack of a duplicate names the sequence of the message that
-	// first had the id.
-	m, err := p.res.Verdicts.GetMsg(ctx, ack.Sequence)
-	switch {
-	case err == nil && m.Header.Get(jetstream.MsgIDHeader) == pub.id:
-		return true, nil
-	case err == nil || errors.Is(err, jetstream.ErrMsgNotFound):
-		p.log.Warn("a verdict missing from the verdict stream is within its dedupe window, which drops it: a rebuild after the window publishes it", "id", pub.id, "window", p.cfg.VerdictsDuplicates)
-		return false, nil
+	return false, nil
+}
+
+// withheld returns those of ids (verdicts the stream reported as
+// duplicates) that the verdict stream does not hold: deleted within its
+// dedupe window, which drops them until it has passed.
+func (p *Processor) withheld(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
 	}
-	return false, fmt.Errorf("processor: rebuild: read verdict %d: %w", ack.Sequence, err)
+	idx, err := p.indexVerdicts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, id := range ids {
+		if _, ok := idx.ids[id]; !ok {
+			p.log.Warn("a verdict missing from the verdict stream is within its dedupe window, which drops it: a rebuild after the window publishes it", "id", id, "window", p.cfg.VerdictsDuplicates)
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // verdictIndex is what a rebuild needs from the verdict stream.
