@@ -202,10 +202,7 @@ func (p *Processor) republish(ctx context.Context, o events.Output) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if !ack.Duplicate {
-		return true, nil
-	}
-	return false, nil
+	return !ack.Duplicate, nil
 }
 
 // withheld returns those of ids (verdicts the stream reported as
