@@ -94,6 +94,21 @@
 // holder makes from the same inputs, under the same id, so a verdict
 // published late is dropped by the verdict stream's dedupe window.
 //
+// A rebuild (Rebuild, serve --rebuild) is a holder of every partition at
+// once: before it reads anything it takes every partition's key, as an
+// instance named "rebuild-<host>-<pid>-<random>", renews them every
+// LeaseTTL/4 and writes only while they are current, and deletes them when
+// it returns, so that the Run that follows (or any instance) takes them at
+// once. Instances running meanwhile find the keys held and consume
+// nothing. A key another instance holds is watched for up to the lease TTL
+// (and a quarter): renewed, its holder is live, and the rebuild refuses at
+// once with a LeasesHeldError naming each holder, its partitions and its
+// last renewal, having read and written nothing; not renewed (a killed
+// holder), it expires and is taken. A rebuild publishes a missing verdict
+// only under its id: one the stream reports as a duplicate is stored
+// already, or was deleted within the dedupe window and is reported
+// (RebuildReport.Withheld), never published again without its id.
+//
 // # Failures and retries
 //
 // Every loop that retries ends. A failure is either transient (NATS or
@@ -259,7 +274,8 @@
 // $SRV.> (deploy/nats/permissions.conf).
 //
 // Rebuild derives every session's state from the events stream alone and
-// compares it with the bucket (see its doc for how spill outcomes are found).
+// compares it with the bucket (see its doc for how spill outcomes are found,
+// and Hand-overs for the leases it takes).
 //
 // Run drains on cancellation: it stops fetching and finishes what it fetched.
 // Abort stops at once, as a crash would.

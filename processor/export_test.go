@@ -16,3 +16,12 @@ func AnswerAnyReply() (restore func()) {
 	answerAnyReply.Store(true)
 	return func() { answerAnyReply.Store(false) }
 }
+
+// OnRebuildHolding has every rebuild call f once it holds every
+// partition's lease, before it reads anything (f may block, to hold the
+// rebuild there). It returns the function that puts things back. Call it
+// only while no rebuild runs.
+func OnRebuildHolding(f func()) (restore func()) {
+	rebuildHolding = f
+	return func() { rebuildHolding = nil }
+}

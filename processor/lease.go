@@ -407,3 +407,165 @@ func (l *leases) members(ctx context.Context) (int, error) {
 	}
 	return max(n, 1), nil
 }
+
+// LeaseHolder is an instance that holds partitions' leases, as the leases
+// bucket records it.
+type LeaseHolder struct {
+	// Instance is the holder's id as written in the keys: its host, its
+	// process id and a random part ("rebuild-" first for a rebuild).
+	Instance   string
+	Partitions []int
+	// Renewed is when the holder last wrote one of those keys (the
+	// server's clock), and Revision that write's revision in the bucket.
+	Renewed  time.Time
+	Revision uint64
+}
+
+// LeasesHeldError is a rebuild's refusal: other instances hold partitions'
+// leases, so that a rebuild beside them would decide and write what they
+// decide and write.
+type LeasesHeldError struct {
+	Bucket  string
+	TTL     time.Duration // the leases' TTL: how long a stopped holder's lease outlives it
+	Holders []LeaseHolder // sorted by instance
+}
+
+func (e *LeasesHeldError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "processor: rebuild refused: live instances hold partitions' leases in %s, and a rebuild must be the only writer:", e.Bucket)
+	for i, h := range e.Holders {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		parts := make([]string, len(h.Partitions))
+		for j, p := range h.Partitions {
+			parts[j] = strconv.Itoa(p)
+		}
+		fmt.Fprintf(&b, " instance %s holds partition(s) %s (renewed %s, revision %d)",
+			h.Instance, strings.Join(parts, ","), h.Renewed.UTC().Format(time.RFC3339Nano), h.Revision)
+	}
+	fmt.Fprintf(&b, "; stop them first (a drain hands their partitions over at once; a killed instance's leases expire %s after its last renewal), then run the rebuild again", e.TTL)
+	return b.String()
+}
+
+// takeAll takes every partition's lease for an instance that must be the
+// only writer (a rebuild). A partition held by another instance is watched
+// until wait has passed: a holder that stopped without handing over stops
+// renewing, and its key expires (and is taken here) within the TTL of its
+// last renewal; a holder that renews the key meanwhile (every TTL/4), or a
+// key taken by yet another instance, is live, and takeAll gives back what
+// it took and refuses at once with a *LeasesHeldError naming the holders,
+// as it does when wait has passed with partitions still held.
+func (l *leases) takeAll(ctx context.Context, wait time.Duration) error {
+	deadline := l.now().Add(wait)
+	first := map[int]uint64{} // revision of another's key when first seen
+	for {
+		holders := map[string]*LeaseHolder{}
+		live := false
+		for p := range l.parts {
+			sent := l.now()
+			if l.isHeld(p) || l.take(ctx, p) {
+				continue
+			}
+			if ctx.Err() != nil {
+				l.giveBack(ctx)
+				return ctx.Err()
+			}
+			e, err := l.kv.Get(ctx, partKey(p))
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				continue // expired (or handed over) since: taken in the next look
+			case err != nil:
+				l.giveBack(ctx)
+				return fmt.Errorf("processor: read the lease of partition %d in %s: %w", p, l.bucket, err)
+			case string(e.Value()) == l.id:
+				// This instance's create landed, its answer lost.
+				l.set(p, func(s *leaseState) {
+					*s = leaseState{held: true, rev: e.Revision(), renewed: sent, epoch: s.epoch + 1}
+				})
+				continue
+			}
+			if rev, ok := first[p]; !ok {
+				first[p] = e.Revision()
+			} else if rev != e.Revision() {
+				live = true
+			}
+			h := holders[string(e.Value())]
+			if h == nil {
+				h = &LeaseHolder{Instance: string(e.Value())}
+				holders[h.Instance] = h
+			}
+			h.Partitions = append(h.Partitions, p)
+			if e.Created().After(h.Renewed) {
+				h.Renewed, h.Revision = e.Created(), e.Revision()
+			}
+		}
+		if len(holders) == 0 {
+			return nil
+		}
+		if live || !l.now().Before(deadline) {
+			l.giveBack(ctx)
+			herr := &LeasesHeldError{Bucket: l.bucket, TTL: l.ttl}
+			for _, h := range holders {
+				herr.Holders = append(herr.Holders, *h)
+			}
+			slices.SortFunc(herr.Holders, func(a, b LeaseHolder) int { return strings.Compare(a.Instance, b.Instance) })
+			return herr
+		}
+		if err := sleep(ctx, max(min(l.ttl/20, 100*time.Millisecond), 10*time.Millisecond)); err != nil {
+			l.giveBack(ctx)
+			return err
+		}
+	}
+}
+
+func (l *leases) isHeld(p int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.parts[p].held
+}
+
+// keepAll renews every held lease each TTL/4 until ctx ends, for an
+// instance that must hold them all (a rebuild): lost is called, and
+// keepAll returns, as soon as one is no longer held (it expired and
+// another instance took it).
+func (l *leases) keepAll(ctx context.Context, lost func(error)) {
+	every := max(l.ttl/4, 10*time.Millisecond)
+	for sleep(ctx, every) == nil {
+		for p := range l.parts {
+			l.renew(ctx, p)
+			if ctx.Err() != nil {
+				return
+			}
+			if !l.isHeld(p) {
+				lost(fmt.Errorf("processor: lost the lease of partition %d in %s (not renewed within %s): another instance may have taken it", p, l.bucket, l.ttl))
+				return
+			}
+		}
+	}
+}
+
+// allCurrent reports, as an error, a partition whose lease this instance
+// does not hold, or last renewed so long ago that the key might expire
+// within a tenth of the TTL: a writer that must be alone writes only
+// while it is nil.
+func (l *leases) allCurrent() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, s := range l.parts {
+		if !s.held || !l.now().Before(s.renewed.Add(l.ttl-l.ttl/10)) {
+			return fmt.Errorf("processor: the lease of partition %d in %s is not held or not renewed in time; stopping before another instance could take it", p, l.bucket)
+		}
+	}
+	return nil
+}
+
+// giveBack deletes every key this instance holds (none may be under way),
+// so that other instances can take them at once.
+func (l *leases) giveBack(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, p := range l.held() {
+		l.release(ctx, p)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
@@ -22,26 +21,64 @@ type RebuildReport struct {
 	Written     int      // states written to the session bucket
 	Republished int      // verdicts missing from the verdict stream, published now
 	Respilled   int      // spills written because no verdict recorded their outcome
+	// Withheld lists the ids of verdicts missing from the verdict stream
+	// that the stream still refused as duplicates: deleted from it within
+	// its dedupe window (VerdictsDuplicates), which still remembers their
+	// ids. A rebuild after the window has passed publishes them.
+	Withheld []string
 }
 
 // Rebuild derives every session's state from the events stream alone, with
 // the same core the runtime uses, and compares it with the session bucket.
 // With write it stores the rebuilt states (overwriting) and publishes the
-// verdicts the verdict stream lacks, so that the consumer can go on from
-// there (a verdict whose id the stream's dedupe window still remembers goes
-// in without Nats-Msg-Id; see republish). Run it while no processor
-// consumes.
+// verdicts the verdict stream lacks, each with its deterministic id as
+// Nats-Msg-Id, so that the consumer can go on from there.
+//
+// A rebuild is the only writer while it runs. Before it reads anything it
+// takes every partition's lease in the leases bucket (as an instance named
+// "rebuild-<host>-<pid>-<random>"), renews them every LeaseTTL/4, writes
+// only while they are current, and hands them all over (deletes the keys)
+// when it returns, so that a Run that follows, in this process or another,
+// takes them at once. A live instance meanwhile sees the partitions held
+// and leaves them alone. If another instance holds a partition, Rebuild
+// watches its key for up to the lease TTL: a holder that renews it is live,
+// and Rebuild refuses at once (within about LeaseTTL/4) with a
+// *LeasesHeldError naming every holder, having read and written nothing;
+// a holder that stopped without handing over (killed) stops renewing, and
+// its lease is taken when it expires. Losing a lease while it runs ends
+// the rebuild with an error.
 //
 // Whether a spill succeeded is a fact of the past, not of the events: the
 // rebuild takes it from the verdict stream (the transcript.spilled or
 // session.halted that answered the request). Only a spill whose outcome no
 // verdict records (a crash between spill and publish) is written again.
-func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, error) {
-	var rep RebuildReport
+func (p *Processor) Rebuild(ctx context.Context, write bool) (rep RebuildReport, err error) {
+	lease, err := p.takeAllLeases(ctx)
+	if err != nil {
+		return rep, err
+	}
+	ctx, lost := context.WithCancelCause(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		lease.keepAll(ctx, lost)
+	}()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		lost(nil)
+		<-kept
+		lease.giveBack(ctx)
+	}()
+	if rebuildHolding != nil {
+		rebuildHolding()
+	}
 	known, err := p.indexVerdicts(ctx)
 	if err != nil {
 		return rep, err
 	}
+	var dups []string // ids the stream reported as duplicates
 	sessions := map[string]*session{}
 	err = p.readAll(ctx, p.cfg.Names().Events, func(m jetstream.Msg, seq uint64) error {
 		rep.Events++
@@ -54,7 +91,7 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 			}
 		}
 		outs, _, err := p.step(ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-			return p.pastSpill(ctx, known, req, &rep)
+			return p.pastSpill(ctx, lease, known, req, &rep)
 		})
 		if err != nil {
 			return err
@@ -70,14 +107,25 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 			if _, ok := known.ids[id]; ok || !write {
 				continue
 			}
-			if err := p.republish(ctx, o); err != nil {
+			if err := lease.allCurrent(); err != nil {
 				return err
 			}
-			rep.Republished++
+			stored, err := p.republish(ctx, o)
+			if err != nil {
+				return err
+			}
+			if stored {
+				rep.Republished++
+			} else {
+				dups = append(dups, id)
+			}
 		}
 		return nil
 	})
 	if err != nil {
+		return rep, err
+	}
+	if rep.Withheld, err = p.withheld(ctx, dups); err != nil {
 		return rep, err
 	}
 	ids := make([]string, 0, len(sessions))
@@ -105,6 +153,9 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 			continue
 		}
 		if write {
+			if err := lease.allCurrent(); err != nil {
+				return rep, err
+			}
 			if _, err := kv.Put(ctx, id, val); err != nil {
 				return rep, fmt.Errorf("processor: rebuild: write %s: %w", id, err)
 			}
@@ -114,37 +165,65 @@ func (p *Processor) Rebuild(ctx context.Context, write bool) (RebuildReport, err
 	return rep, nil
 }
 
-// republish publishes a verdict that the verdict stream lacks. A verdict
-// deleted from the stream keeps its id in the stream's dedupe window until
-// the window passes, and JetStream would drop the copy as a duplicate (the
-// ack says Duplicate and nothing is stored). Then the copy is published once
-// more without Nats-Msg-Id, so that it is stored; Rebuild runs while no
-// processor consumes, so nothing else publishes it meanwhile. That second
-// publish is not retried: if its ack is lost, a second rebuild sees whether
-// it landed.
-func (p *Processor) republish(ctx context.Context, o events.Output) error {
+// rebuildHolding, when set (by tests), is called once a rebuild holds every
+// lease, before it reads anything.
+var rebuildHolding func()
+
+// takeAllLeases takes every partition's lease for a rebuild (see Rebuild),
+// waiting for a stopped holder's lease to expire, at most the bucket's TTL
+// and a quarter.
+func (p *Processor) takeAllLeases(ctx context.Context) (*leases, error) {
+	ttl := p.cfg.LeaseTTL
+	if st, err := p.res.Leases.Status(ctx); err == nil {
+		ttl = max(ttl, st.TTL())
+	}
+	l := newLeases(p.res.Leases, nil, p.cfg.Names().Leases, p.cfg.Partitions, p.cfg.LeaseTTL, p.log)
+	l.id = "rebuild-" + l.id
+	if err := l.takeAll(ctx, ttl+ttl/4); err != nil {
+		return nil, err
+	}
+	p.log.Info("rebuild holds every partition's lease", "instance", l.id, "partitions", p.cfg.Partitions)
+	return l, nil
+}
+
+// republish publishes a verdict that the verdict stream lacked when the
+// rebuild read it, with its deterministic id as Nats-Msg-Id, and reports
+// whether the stream stored it now. A verdict the stream reports as a
+// duplicate is not published again: either it is stored (published since
+// the stream was read), or it was deleted from the stream within its
+// dedupe window, which still remembers its id; the caller tells which
+// (withheld).
+func (p *Processor) republish(ctx context.Context, o events.Output) (bool, error) {
 	pub, err := p.publish(ctx, &budget{limit: p.cfg.RetryFor}, o)
 	if err != nil {
-		return err
+		return false, err
 	}
-	var ack *jetstream.PubAck
-	if ack, err = p.confirmAck(ctx, &budget{limit: p.cfg.RetryFor}, pub); err != nil {
-		return err
+	ack, err := p.confirmAck(ctx, &budget{limit: p.cfg.RetryFor}, pub)
+	if err != nil {
+		return false, err
 	}
-	if !ack.Duplicate {
-		return nil
+	return !ack.Duplicate, nil
+}
+
+// withheld returns those of ids (verdicts the stream reported as
+// duplicates) that the verdict stream does not hold: deleted within its
+// dedupe window, which drops them until it has passed.
+func (p *Processor) withheld(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
 	}
-	msg := nats.NewMsg(pub.msg.Subject)
-	msg.Data = pub.msg.Data
-	for k, v := range pub.msg.Header {
-		if k != jetstream.MsgIDHeader {
-			msg.Header[k] = v
+	idx, err := p.indexVerdicts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, id := range ids {
+		if _, ok := idx.ids[id]; !ok {
+			p.log.Warn("a verdict missing from the verdict stream is within its dedupe window, which drops it: a rebuild after the window publishes it", "id", id, "window", p.cfg.VerdictsDuplicates)
+			out = append(out, id)
 		}
 	}
-	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(p.cfg.Names().Verdicts)); err != nil {
-		return fmt.Errorf("processor: rebuild: republish %s: %w", pub.id, err)
-	}
-	return nil
+	return out, nil
 }
 
 // verdictIndex is what a rebuild needs from the verdict stream.
@@ -175,12 +254,15 @@ func (p *Processor) indexVerdicts(ctx context.Context) (*verdictIndex, error) {
 
 // pastSpill answers a rebuild's spill request from the verdict that
 // recorded its outcome, or writes the spill when none did.
-func (p *Processor) pastSpill(ctx context.Context, idx *verdictIndex, req ledger.SpillRequest, rep *RebuildReport) (ledger.SpillResult, error) {
+func (p *Processor) pastSpill(ctx context.Context, lease *leases, idx *verdictIndex, req ledger.SpillRequest, rep *RebuildReport) (ledger.SpillResult, error) {
 	if h, ok := idx.spills[events.OutputID(req.Cause, events.TypeTranscriptSpilled)]; ok {
 		return ledger.SpillResult{Handle: h}, nil
 	}
 	if msg, ok := idx.halts[events.OutputID(req.Cause, events.TypeSessionHalted)]; ok {
 		return ledger.SpillResult{Failure: msg}, nil
+	}
+	if err := lease.allCurrent(); err != nil {
+		return ledger.SpillResult{}, err
 	}
 	rep.Respilled++
 	h, err := p.store.Write(ctx, req)

@@ -178,7 +178,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
 	syncFlag := fs.String("sync-interval", "always", "how the embedded server syncs: always (fsync every write before acknowledging it, so that nothing acknowledged is lost to a power cut) or an interval such as 2m (faster; a power cut loses what was acknowledged since the last sync)")
 	monitor := fs.String("nats-monitor-url", "", "monitoring endpoints of the NATS servers (e.g. http://a:8222,http://b:8222), read at start to check that they sync before acknowledging; without it serve asks through the system account, if its user may")
-	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming")
+	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming; takes every partition's lease first and refuses, naming them, while other instances hold any: stop them first")
 	healthListen := fs.String("health-listen", "", "serve /healthz, /readyz and /metrics on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
 	var lagInterval time.Duration
 	fs.Var(durations(&lagInterval, 15*time.Second, 100*time.Millisecond, time.Hour), "lag-interval", "how often the consumer lag metric asks the server (with --health-listen)")
