@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/attest"
 )
 
 // serveProc is a `seamguard serve` process of a test, stopped (killed if
@@ -100,6 +102,19 @@ func msgsAt(t *testing.T, url, stream string) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return streamMsgs(ctx, js, stream)
+}
+
+// sharedSigningKey writes a signing key into a file of its own and returns
+// its path, for the instances of one deployment that a test runs side by
+// side: without it each would keep its key in the data directory, which
+// takes one serve at a time.
+func sharedSigningKey(t *testing.T) string {
+	t.Helper()
+	s, err := attest.Generate()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "signing.nk")
+	require.NoError(t, os.WriteFile(path, s.Seed(), 0o600))
+	return path
 }
 
 // TestServeOneWriterPerDataDir runs two serve processes on one data
