@@ -62,7 +62,7 @@ func faultHandOver(t *testing.T, plan handOverPlan, bin, setting string, sync ti
 	_, js := connectChaos(t, srv.url())
 	const ttl = 2 * time.Second
 	args := []string{"--nats-url", srv.url(), "--source", "urn:seamguard:test", "--shards", "4",
-		"--ack-wait", "2s", "--lease-ttl", ttl.String(), "--log-level", "info"}
+		"--ack-wait", "2s", "--lease-ttl", ttl.String(), "--log-level", "info", "--signing-key-file", sharedSigningKey(t)}
 	procs := []*procRunner{{t: t, bin: bin, url: srv.url(), args: args}, {t: t, bin: bin, url: srv.url(), args: args}}
 	for _, p := range procs {
 		defer p.cleanup()

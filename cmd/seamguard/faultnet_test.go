@@ -153,6 +153,9 @@ type faultRun struct {
 	servers []*netServer
 	serves  []*netServe
 	js      jetstream.JetStream
+	// signingKey is the key file every serve signs with (they run on one
+	// host, and one data directory takes one serve).
+	signingKey string
 }
 
 // netServer is a nats-server in a node namespace: this test binary run
@@ -316,7 +319,7 @@ func (r *faultRun) startServe(bin string, i int) *netServe {
 	}
 	args := []string{bin, "serve", "--nats-url", strings.Join(r.urls(i), ","), "--nats-monitor-url", strings.Join(monitors, ","),
 		"--source", "urn:seamguard:test", "--shards", "4", "--ack-wait", netAckWait.String(), "--lease-ttl", netLeaseTTL.String(),
-		"--retry-for", "10s", "--log-level", "info"}
+		"--retry-for", "10s", "--log-level", "info", "--signing-key-file", r.signingKey}
 	argv := r.lab.inNode(i, args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	s := &netServe{node: i, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{})}
@@ -575,7 +578,7 @@ func describeHolders(h []int) string {
 // checks the books.
 func runNetFault(t *testing.T, plan faultNetPlan, bin string, w *workload.Workload, ref map[string]string, requests map[string]bool, f netFault) {
 	began := time.Now()
-	r := &faultRun{t: t, plan: plan, lab: newNetLab(t, netNodes)}
+	r := &faultRun{t: t, plan: plan, lab: newNetLab(t, netNodes), signingKey: sharedSigningKey(t)}
 	r.startServers()
 	r.waitCluster()
 	nc, err := r.connect(r.urls(0))

@@ -47,13 +47,9 @@ func (h health) handler() http.Handler {
 	return mux
 }
 
-// serveHealth listens on addr until ctx ends. It returns once listening, with
-// the address it listens on.
-func serveHealth(ctx context.Context, addr string, h health, log *slog.Logger) (string, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", fmt.Errorf("%w: --health-listen %s: %v", errUsage, addr, err)
-	}
+// serveHealth serves on ln until ctx ends, and returns the address it
+// serves on.
+func serveHealth(ctx context.Context, ln net.Listener, h health, log *slog.Logger) string {
 	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -66,5 +62,5 @@ func serveHealth(ctx context.Context, addr string, h health, log *slog.Logger) (
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	return ln.Addr().String(), nil
+	return ln.Addr().String()
 }

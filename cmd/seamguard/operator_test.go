@@ -277,7 +277,7 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 	// serve as the operator: the processor's permissions are missing.
 	t.Run("serve as operator", func(t *testing.T) {
 		code, _, errs, took := cliRun(t, "serve", "--nats-url", url, "--user", "operator", "--password", shippedPasswords["operator"],
-			"--inbox-prefix", "_INBOX_operator", "--log-level", "error")
+			"--inbox-prefix", "_INBOX_operator", "--log-level", "error", "--data-dir", t.TempDir())
 		assert.Equal(t, 1, code)
 		assert.Less(t, took, 3*time.Second, errs)
 		assert.Contains(t, errs, `permission denied: user "operator" may not publish to "$JS.API.`)

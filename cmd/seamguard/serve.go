@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/attest"
+	"github.com/seamguard/seamguard/internal/dirlock"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/metrics"
@@ -160,7 +162,28 @@ func startEmbedded(dataDir, listen string, sync time.Duration) (*server.Server, 
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create --data-dir: %w", err)
 	}
-	return embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncInterval: sync})
+	s, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: filepath.Join(dataDir, "jetstream"), SyncInterval: sync})
+	if le := (*embedded.ListenError)(nil); errors.As(err, &le) {
+		return nil, fmt.Errorf("--listen %s: the embedded NATS server cannot listen there: %v", listen, le.Err)
+	}
+	return s, err
+}
+
+// lockDataDir makes this serve the only one on dataDir, at once or not at
+// all: another serve holding it is named, with what to do.
+func lockDataDir(dataDir string, self dirlock.Holder) (*dirlock.Lock, error) {
+	l, err := dirlock.Acquire(dataDir, self)
+	if le := (*dirlock.LockedError)(nil); errors.As(err, &le) {
+		msg := fmt.Sprintf("--data-dir %s is in use by another seamguard serve (%s): two processes on one data directory would overwrite each other's state; stop that one, or give this one another --data-dir", dataDir, le.Holder)
+		if le.Stale {
+			msg += fmt.Sprintf(" (if it is no longer running, remove %s)", filepath.Join(dataDir, dirlock.FileName))
+		}
+		return nil, errors.New(msg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--data-dir %s: cannot lock it: %w", dataDir, err)
+	}
+	return l, nil
 }
 
 func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -216,6 +239,39 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	// One serve per data directory, locked before anything in it is used
+	// (the embedded server's store, the signing key kept there).
+	// Once listening, the lock file says where (a port 0 is chosen then).
+	listening := func([]string) {}
+	if conn.url == "" || (*signingKeyFile == "" && os.Getenv(signingKeyEnv) == "") {
+		self := dirlock.Self()
+		if conn.url == "" {
+			self.Listen = append(self.Listen, "nats "+*listen)
+		}
+		if *healthListen != "" {
+			self.Listen = append(self.Listen, "health "+*healthListen)
+		}
+		lock, err := lockDataDir(*dataDir, self)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+		listening = func(addrs []string) {
+			self.Listen = addrs
+			if err := lock.Update(self); err != nil {
+				log.Warn("cannot write the addresses serve listens on into the data directory's lock file", "err", err)
+			}
+		}
+	}
+	// A health address that cannot be listened on fails the start now,
+	// before the server and the processor start.
+	var healthLn net.Listener
+	if *healthListen != "" {
+		if healthLn, err = net.Listen("tcp", *healthListen); err != nil {
+			return fmt.Errorf("%w: --health-listen %s: %v", errUsage, *healthListen, err)
+		}
+		defer healthLn.Close()
+	}
 	if cfg.SigningKey, err = signingKey(*signingKeyFile, *dataDir, log); err != nil {
 		return err
 	}
@@ -247,6 +303,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		url = s.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", url, "data", *dataDir, "sync_interval", *syncFlag)
 	}
+	var addrs []string
+	if conn.url == "" {
+		addrs = append(addrs, "nats "+strings.TrimPrefix(url, "nats://"))
+	}
+	if healthLn != nil {
+		addrs = append(addrs, "health "+healthLn.Addr().String())
+	}
+	listening(addrs)
 	// No publish waits in a buffer while the connection is down, to go out
 	// when it is back: a verdict goes out while its decision is current,
 	// or fails and is retried (a partition's lease may have moved on
@@ -323,10 +387,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if rec != nil {
 		rec.WatchProcessor(p)
 		rec.SyncAlways(durable.Gauge())
-		addr, err := serveHealth(ctx, *healthListen, health{nc: nc, ready: p.Ready, metrics: rec.Handler()}, log)
-		if err != nil {
-			return err
-		}
+		addr := serveHealth(ctx, healthLn, health{nc: nc, ready: p.Ready, metrics: rec.Handler()}, log)
 		pc := p.Config()
 		consumers := make([]string, 0, pc.Partitions+1)
 		for part := -1; part < pc.Partitions; part++ {

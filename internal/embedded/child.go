@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,10 +110,8 @@ func StartFile(path string) (*server.Server, error) {
 	if !opts.NoLog {
 		s.ConfigureLogger()
 	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded: nats-server from %s not ready after 30s", path)
+	if err := startAndWait(s, net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), 30*time.Second); err != nil {
+		return nil, fmt.Errorf("%w (configuration %s)", err, path)
 	}
 	return s, nil
 }

@@ -3,6 +3,8 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -80,14 +82,12 @@ func Start(c Config) (*server.Server, error) {
 	if c.Logs {
 		s.ConfigureLogger()
 	}
-	go s.Start()
 	wait := c.Ready
 	if wait == 0 {
 		wait = 10 * time.Second
 	}
-	if !s.ReadyForConnections(wait) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded: nats-server on %s:%d not ready after %s (is the port taken?)", opts.Host, c.Port, wait)
+	if err := startAndWait(s, net.JoinHostPort(opts.Host, strconv.Itoa(c.Port)), wait); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -2,6 +2,9 @@ package embedded
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,4 +35,22 @@ func TestValidate(t *testing.T) {
 	err := Config{Port: -2}.Validate()
 	require.ErrorContains(t, err, "StoreDir")
 	require.ErrorContains(t, err, "port -2")
+}
+
+// TestStartBusyPort: a port another socket holds fails the start at once,
+// naming the address and the OS error, instead of after the ready wait.
+func TestStartBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	s, err := Start(Config{Port: port, StoreDir: t.TempDir(), Ready: 20 * time.Second})
+	took := time.Since(start)
+	require.Nil(t, s)
+	require.ErrorIs(t, err, ErrListen)
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+	require.ErrorContains(t, err, fmt.Sprintf("127.0.0.1:%d", port))
+	require.ErrorContains(t, err, "address already in use")
+	require.Less(t, took, 2*time.Second, "a busy port fails at once")
 }
