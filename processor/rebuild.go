@@ -11,6 +11,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/processor/ledger"
+	"github.com/seamguard/seamguard/spill"
 )
 
 // RebuildReport says what a rebuild found and did.
@@ -21,6 +22,9 @@ type RebuildReport struct {
 	Written     int      // states written to the session bucket
 	Republished int      // verdicts missing from the verdict stream, published now
 	Respilled   int      // spills written because no verdict recorded their outcome
+	// Unannounced counts, in a dry run, the spills no verdict recorded:
+	// read back from the bucket when it holds them, else taken as failed.
+	Unannounced int
 	// Withheld lists the ids of verdicts missing from the verdict stream
 	// that the stream still refused as duplicates: deleted from it within
 	// its dedupe window (VerdictsDuplicates), which still remembers their
@@ -34,7 +38,11 @@ type RebuildReport struct {
 // verdicts the verdict stream lacks, each with its deterministic id as
 // Nats-Msg-Id, so that the consumer can go on from there.
 //
-// A rebuild is the only writer while it runs. Before it reads anything it
+// A dry run (write false) only reads: it takes no lease, and may run
+// beside live instances; it compares what it derives with what they
+// stored.
+//
+// A rebuild that writes is the only writer while it runs. Before it reads anything it
 // takes every partition's lease in the leases bucket (as an instance named
 // "rebuild-<host>-<pid>-<random>"), renews them every LeaseTTL/4, writes
 // only while they are current, and hands them all over (deletes the keys)
@@ -53,24 +61,27 @@ type RebuildReport struct {
 // session.halted that answered the request). Only a spill whose outcome no
 // verdict records (a crash between spill and publish) is written again.
 func (p *Processor) Rebuild(ctx context.Context, write bool) (rep RebuildReport, err error) {
-	lease, err := p.takeAllLeases(ctx)
-	if err != nil {
-		return rep, err
-	}
-	ctx, lost := context.WithCancelCause(ctx)
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		lease.keepAll(ctx, lost)
-	}()
-	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = context.Cause(ctx)
+	var lease *leases // nil for a dry run, which writes nothing
+	if write {
+		if lease, err = p.takeAllLeases(ctx); err != nil {
+			return rep, err
 		}
-		lost(nil)
-		<-kept
-		lease.giveBack(ctx)
-	}()
+		var lost context.CancelCauseFunc
+		ctx, lost = context.WithCancelCause(ctx)
+		kept := make(chan struct{})
+		go func() {
+			defer close(kept)
+			lease.keepAll(ctx, lost)
+		}()
+		defer func() {
+			if err != nil && ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
+			lost(nil)
+			<-kept
+			lease.giveBack(ctx)
+		}()
+	}
 	if rebuildHolding != nil {
 		rebuildHolding()
 	}
@@ -260,6 +271,18 @@ func (p *Processor) pastSpill(ctx context.Context, lease *leases, idx *verdictIn
 	}
 	if msg, ok := idx.halts[events.OutputID(req.Cause, events.TypeSessionHalted)]; ok {
 		return ledger.SpillResult{Failure: msg}, nil
+	}
+	if lease == nil {
+		// A dry run writes nothing: the spill a processor wrote and did
+		// not announce (it stopped between the two) is read back, if the
+		// bucket holds it for this request.
+		rep.Unannounced++
+		if info, err := p.res.Spills.GetInfo(ctx, req.Name); err == nil {
+			if h, err := spill.HandleOf(info); err == nil && h.LastSeq == req.LastSeq && h.FirstSeq == req.FirstSeq {
+				return ledger.SpillResult{Handle: h}, nil
+			}
+		}
+		return ledger.SpillResult{Failure: "no verdict records this spill and the bucket does not hold it (a dry run writes none)"}, nil
 	}
 	if err := lease.allCurrent(); err != nil {
 		return ledger.SpillResult{}, err

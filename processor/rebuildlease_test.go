@@ -96,6 +96,21 @@ func TestRebuildRefusesBesideALiveInstance(t *testing.T) {
 	assert.Equal(t, statesBefore, e.streamLastSeq(t, "KV_"+names.Sessions), "the refused rebuild wrote no state")
 	requireSameStates(t, statesLive, e.kvStates(t, cfg))
 
+	// A dry run only reads: it runs beside the live instance, takes no
+	// lease, writes nothing, and finds the stored states as derived.
+	rep, err = rb.Rebuild(e.ctx, false)
+	require.NoError(t, err, "a dry run beside a live instance")
+	assert.Positive(t, rep.Events)
+	assert.Empty(t, rep.Differ, "%+v", rep)
+	assert.Zero(t, rep.Written+rep.Republished+rep.Respilled, "%+v", rep)
+	assert.Equal(t, verdictsBefore, e.streamLastSeq(t, names.Verdicts), "the dry run published nothing")
+	assert.Equal(t, statesBefore, e.streamLastSeq(t, "KV_"+names.Sessions), "the dry run wrote no state")
+	for p := range cfg.Partitions {
+		lease, err := r.p.Resources().Leases.Get(e.ctx, fmt.Sprintf("p%d", p))
+		require.NoError(t, err)
+		assert.NotContains(t, string(lease.Value()), "rebuild-", "the dry run took a lease")
+	}
+
 	// The instance goes on undisturbed.
 	e.publishAll(t, msgs[len(msgs)/2:])
 	e.waitIdle(t, cfg, 60*time.Second)
