@@ -82,6 +82,25 @@ func readEffects(t *testing.T, proc *client, victim string) effects {
 	return e
 }
 
+// truncatedSession opens session as the agent c (recovery floor 4
+// turns), appends 12 turns and truncates [0, 3) before any summary saw
+// them: a compaction that summarizes from turn 3 is then refused.
+func truncatedSession(ctx context.Context, c *sgclient.Client, session string) (*sgclient.Session, error) {
+	s, err := c.Open(ctx, session, events.UnitTurns, 4)
+	if err != nil {
+		return nil, err
+	}
+	for range 12 {
+		if _, err := s.Append(ctx, sgclient.Turn{Content: "turn"}); err != nil {
+			return nil, err
+		}
+	}
+	return s, s.Truncated(ctx, events.Range{Start: 0, End: 3}, "budget")
+}
+
+// truncatedRequest is the compaction truncatedSession's session refuses.
+var truncatedRequest = events.CompactionRequested{RequestID: "c1", SummarizerInput: events.Range{Start: 3, End: 12}, SummaryRange: events.Range{Start: 3, End: 8}, TailStart: 8}
+
 // spillOwnSession runs session through a refusal with a spill as an agent
 // would, and returns the spill's handle.
 func spillOwnSession(t *testing.T, agent *client, session string) events.SpillHandle {
@@ -92,19 +111,11 @@ func spillOwnSession(t *testing.T, agent *client, session string) events.SpillHa
 		if err != nil {
 			return err
 		}
-		s, err := c.Open(ctx, session, events.UnitTurns, 4)
+		s, err := truncatedSession(ctx, c, session)
 		if err != nil {
 			return err
 		}
-		for range 12 {
-			if _, err := s.Append(ctx, sgclient.Turn{Content: "turn"}); err != nil {
-				return err
-			}
-		}
-		if err := s.Truncated(ctx, events.Range{Start: 0, End: 3}, "budget"); err != nil {
-			return err
-		}
-		v, err := s.RequestCompaction(ctx, events.CompactionRequested{RequestID: "c1", SummarizerInput: events.Range{Start: 3, End: 12}, SummaryRange: events.Range{Start: 3, End: 8}, TailStart: 8})
+		v, err := s.RequestCompaction(ctx, truncatedRequest)
 		if err != nil {
 			return err
 		}

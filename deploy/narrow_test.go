@@ -197,19 +197,11 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		s, err := c.Open(ctx, "s-1", events.UnitTurns, 4)
+		s, err := truncatedSession(ctx, c, "s-1")
 		if err != nil {
 			return err
 		}
-		for range 12 {
-			if _, err := s.Append(ctx, sgclient.Turn{Content: "turn"}); err != nil {
-				return err
-			}
-		}
-		if err := s.Truncated(ctx, events.Range{Start: 0, End: 3}, "budget"); err != nil {
-			return err
-		}
-		v, err := s.Compact(ctx, events.CompactionRequested{RequestID: "c1", SummarizerInput: events.Range{Start: 3, End: 12}, SummaryRange: events.Range{Start: 3, End: 8}, TailStart: 8})
+		v, err := s.Compact(ctx, truncatedRequest)
 		if err != nil {
 			return err
 		}
