@@ -355,14 +355,7 @@ func TestServeUsageErrors(t *testing.T) {
 // TestServeHealth checks /healthz and /readyz of a running serve.
 func TestServeHealth(t *testing.T) {
 	srv := embedded.StartTest(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", srv.Server.ClientURL(), "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), &out, &errb)
-	}()
-	url := healthBase(t, &errb)
+	url, _, stop := serveWithHealth(t, srv.Server.ClientURL())
 	get := func(path string) int {
 		resp, err := http.Get(url + path)
 		if err != nil {
@@ -385,12 +378,7 @@ func TestServeHealth(t *testing.T) {
 		return get("/healthz") == http.StatusServiceUnavailable && get("/readyz") == http.StatusServiceUnavailable
 	},
 		10*time.Second, 20*time.Millisecond)
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 }
 
 // TestServeReadyzMissingStore deletes the spill object store's stream
@@ -399,14 +387,8 @@ func TestServeHealth(t *testing.T) {
 // the store is created again (as serve's start does), /readyz is 200 again.
 func TestServeReadyzMissingStore(t *testing.T) {
 	srv := embedded.StartTest(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", srv.Server.ClientURL(), "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), &out, &errb)
-	}()
-	url := healthBase(t, &errb)
+	ctx := context.Background()
+	url, errb, stop := serveWithHealth(t, srv.Server.ClientURL())
 	get := func(path string) (int, string) {
 		resp, err := http.Get(url + path)
 		if err != nil {
@@ -437,11 +419,31 @@ func TestServeReadyzMissingStore(t *testing.T) {
 	_, m = get("/metrics")
 	assert.Contains(t, m, `seamguard_store_missing{stream="`+stream+`"} 0`)
 	assert.Equal(t, 1, strings.Count(errb.String(), `"msg":"store missing`), "one error logged for the store going missing:\n%s", errb.String())
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
+	stop()
+}
+
+// serveWithHealth runs serve against natsURL with --health-listen on a
+// free loopback port and JSON logs, and returns the health base URL, its
+// log, and the function that stops it and waits (30s at most).
+func serveWithHealth(t *testing.T, natsURL string) (string, *lockedBuffer, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var out lockedBuffer
+	errb := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--nats-url", natsURL, "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), &out, errb)
+	}()
+	url := healthBase(t, errb)
+	return url, errb, func() {
+		t.Helper()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve did not stop")
+		}
 	}
 }
 
