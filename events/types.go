@@ -306,6 +306,11 @@ type CompactionRefused struct {
 	Reasons   []Reason     `json:"reasons"`
 	Spill     *SpillHandle `json:"spill"`
 	Next      string       `json:"next"`
+	// Cured names the failed checks that spills or waivers already cover,
+	// on a refusal that pin_dropped alone causes (CONTRACT.md section 8,
+	// v1.3); Reasons then lists pin_dropped alone. Absent on every other
+	// refusal.
+	Cured []ReasonCode `json:"cured,omitempty"`
 }
 
 // SessionHalted is the data of io.seamguard.session.halted.

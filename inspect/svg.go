@@ -379,6 +379,13 @@ func entryLine(e Entry) string {
 		if d.Spill != nil {
 			s += "; spill " + d.Spill.Name
 		}
+		if len(d.Cured) > 0 {
+			codes := make([]string, len(d.Cured))
+			for i, c := range d.Cured {
+				codes[i] = string(c)
+			}
+			s += "; cured " + strings.Join(codes, ", ")
+		}
 		return s + pinsLine(e)
 	case *events.SpillHandle:
 		return fmt.Sprintf("%s: %s, %d events (seq %d to %d), %d bytes, %s%s", d.Name, fmtRange(d.Range), d.Events, d.FirstSeq, d.LastSeq, d.Size, d.Digest, afterSpill(d))

@@ -360,6 +360,13 @@ func (t *textWriter) history(m *Model) {
 			if d.Spill != nil {
 				s += ", spill " + safe(d.Spill.Name)
 			}
+			if len(d.Cured) > 0 {
+				codes := make([]string, len(d.Cured))
+				for i, c := range d.Cured {
+					codes[i] = safe(c)
+				}
+				s += "; cured " + strings.Join(codes, ", ")
+			}
 			t.line("%s%s", s, t.pins(e))
 			for _, r := range d.Reasons {
 				t.line("          %-20s at risk %s", safe(r.Code), ledger.FormatRanges(r.AtRisk))

@@ -231,6 +231,9 @@ func relevant(t *testing.T, v *events.Verdict) string {
 		if d.Spill != nil {
 			m["spill"] = map[string]any{"range": rng(d.Spill.Range)}
 		}
+		if len(d.Cured) > 0 { // the scenarios leave cured out of a refusal that has none
+			m["cured"] = d.Cured
+		}
 	case *events.CompactionAllowed:
 		m["request_id"] = d.RequestID
 		m["summary_coverage"] = rngs(d.SummaryCoverage)

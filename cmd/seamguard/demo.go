@@ -229,6 +229,7 @@ func demoPinned(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subj
 		return events.DecodeVerdict(m.Data)
 	}
 	// refusal reads a refusal (and the spill before it, if one comes).
+	explained := false
 	refusal := func(spills bool) error {
 		for range 2 {
 			v, err := next()
@@ -245,9 +246,13 @@ func demoPinned(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subj
 			case *events.CompactionRefused:
 				for _, r := range d.Reasons {
 					w.printf("  -> compaction.refused  %s at %s\n", r.Code, fmtRanges(r.AtRisk))
-					if r.Code == events.ReasonPinDropped {
+					if r.Code == events.ReasonPinDropped && !explained {
 						w.printf("                         %s\n", r.Message)
+						explained = true
 					}
+				}
+				if len(d.Cured) > 0 {
+					w.printf("                         cured %v: the spill holds those offsets; only the pin stands in the way\n", d.Cured)
 				}
 				spill := "none"
 				if d.Spill != nil {

@@ -39,4 +39,9 @@ func TestDemo(t *testing.T) {
 	pinned := out[strings.Index(out, "recoverable is not remembered"):]
 	assert.Less(t, strings.Index(pinned, "spill: none, next: carry_pins"), strings.Index(pinned, "compaction.allowed"),
 		"refused until the rule is carried, then allowed")
+	// The retry lists pin_dropped alone and the hole as cured.
+	retry := pinned[strings.Index(pinned, "the spill cures the hole, not the pin"):strings.Index(pinned, "spill: none, next: carry_pins")]
+	assert.Contains(t, retry, "-> compaction.refused  pin_dropped at [0, 1)")
+	assert.Contains(t, retry, "cured [coverage_hole]")
+	assert.NotContains(t, retry, "coverage_hole at")
 }

@@ -33,8 +33,9 @@
 // look at the other failed checks alone (Evaluation.AtRisk leaves
 // pin_dropped out; Evaluation.Dropped holds it). Then:
 //   - when rule 2 or 3 would allow the request, it is refused instead, with
-//     no spill and next carry_pins; the other failed checks are listed too,
-//     their messages saying they are already cured;
+//     no spill and next carry_pins; its reasons list pin_dropped alone,
+//     the one thing the agent must fix, and cured names the other failed
+//     checks, which spills or waivers cover, as an allowed verdict does;
 //   - when rule 4 spills, the refusal lists pin_dropped with the rest and
 //     says next carry_pins rather than retry: a plain retry would be
 //     refused again;

@@ -767,14 +767,21 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 	rest := pre.rest
 	if rest.IsEmpty() && !e.Dropped.IsEmpty() {
 		// Rule 2 or 3 would have allowed it: refused, with no spill.
+		// It lists pin_dropped alone, the one thing the agent must fix, and
+		// names the covered checks in cured, as allowed does (v1.3).
 		decided(false)
-		reasons := slices.Clone(e.Reasons)
-		for i := range reasons {
-			if reasons[i].Code != events.ReasonPinDropped {
-				reasons[i].Message += ". Already cured: spills or waivers hold these offsets; only the pinned turns stand in the way"
+		var reasons []events.Reason
+		var cured []events.ReasonCode
+		for _, r := range e.Reasons {
+			if r.Code == events.ReasonPinDropped {
+				reasons = append(reasons, r)
+			} else {
+				cured = append(cured, r.Code)
 			}
 		}
-		return accepted(refused(c, ev.Subject, b.RequestID, reasons, nil, events.NextCarryPins, lim))
+		out := refused(c, ev.Subject, b.RequestID, reasons, nil, events.NextCarryPins, lim)
+		out.Data.(*events.CompactionRefused).Cured = cured
+		return accepted(out)
 	}
 	// Rule 3.
 	if rest.IsEmpty() {

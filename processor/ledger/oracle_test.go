@@ -246,6 +246,7 @@ func orcObserve(r Result) orcObs {
 			if d.Spill != nil {
 				x.Spill = orcHandleKey(*d.Spill)
 			}
+			x.Cured = orcNoEmpty(d.Cured)
 		case *events.SpillHandle:
 			x.Handle = orcHandleKey(*d)
 		case *events.SessionHalted:
@@ -935,8 +936,18 @@ func (o *orcLedger) request(ev *events.Event, b *events.CompactionRequested, cfg
 	rest := e.atRisk.minus(o.spilled).minus(o.waived)
 	if rest.empty() && !e.dropped.empty() {
 		decided(false)
-		return orcOK(orcOut{Type: events.TypeCompactionRefused, Cause: ev.ID, RequestID: b.RequestID,
-			Reasons: orcCutReasons(e.reasons, lim.listed), Next: events.NextCarryPins})
+		// pin_dropped alone is listed; the other failed checks are cured.
+		ref := orcOut{Type: events.TypeCompactionRefused, Cause: ev.ID, RequestID: b.RequestID, Next: events.NextCarryPins}
+		var pins []orcReason
+		for _, r := range e.reasons {
+			if r.Code == events.ReasonPinDropped {
+				pins = append(pins, r)
+			} else {
+				ref.Cured = append(ref.Cured, r.Code)
+			}
+		}
+		ref.Reasons = orcCutReasons(pins, lim.listed)
+		return orcOK(ref)
 	}
 	// Rule 3.
 	if rest.empty() {

@@ -589,6 +589,9 @@ func (r *orcRunner) item(it orcItem) string {
 						break
 					}
 				}
+				if len(d.Cured) > 0 {
+					r.opts.stats["refused, pin_dropped alone, cured"]++
+				}
 				if d.Next == events.NextCarryPins {
 					if d.Spill != nil {
 						r.opts.stats["carry_pins with a spill"]++
@@ -678,6 +681,12 @@ func orcShape(l *Ledger, res Result, lim Limits) string {
 			if d.Reasons == nil || pins != (d.Next == events.NextCarryPins) || (d.Next == events.NextRetry) != (d.Spill != nil && !pins) ||
 				(d.Next != events.NextRetry && d.Next != events.NextNone && d.Next != events.NextCarryPins) {
 				return fmt.Sprintf("compaction.refused with reasons %v, spill %v, next %q", d.Reasons, d.Spill, d.Next)
+			}
+			// cured only on a refusal that pin_dropped alone causes, and
+			// then pin_dropped is its one reason and it has no spill.
+			if len(d.Cured) > 0 && (len(d.Reasons) != 1 || d.Reasons[0].Code != events.ReasonPinDropped || d.Spill != nil ||
+				slices.Contains(d.Cured, events.ReasonPinDropped) || !slices.IsSorted(d.Cured)) {
+				return fmt.Sprintf("compaction.refused with cured %v beside reasons %v and spill %v", d.Cured, d.Reasons, d.Spill)
 			}
 			listed := 0
 			for _, rs := range d.Reasons {
@@ -929,7 +938,7 @@ func TestPropSessionsMatchOracle(t *testing.T) {
 		"state_limit ledger.received", "state_limit ledger.truncated", "state_limit ledger.coverage", "state_limit ledger.halt",
 		"state_limit ledger.waived", "state_limit ledger.snapshot", "violation forgotten", "violation never", "violation refused",
 		"spill with previous", "halted at the quota", "at_risk cut", "unrecoverable cut", "coverage cut",
-		"state_limit ledger.pinned", "carry_pins with a spill", "carry_pins without a spill", "allowed, carrying pins"} {
+		"state_limit ledger.pinned", "carry_pins with a spill", "carry_pins without a spill", "refused, pin_dropped alone, cured", "allowed, carrying pins"} {
 		require.Positive(t, stats[typ], "no %s in %d sessions", typ, orcPropSessions)
 	}
 }

@@ -185,6 +185,12 @@ export interface CompactionRefused {
   /** The spill written for this refusal, or null. */
   readonly spill: SpillHandle | null;
   readonly next: Next;
+  /**
+   * On a refusal that `pin_dropped` alone causes: the other failed checks,
+   * which spills or waivers already cover (`reasons` then lists
+   * `pin_dropped` alone). Empty on every other refusal.
+   */
+  readonly cured: readonly ReasonCode[];
 }
 
 /** The data of `io.seamguard.session.halted`. */

@@ -231,6 +231,7 @@ export function parseRefused(d: JsonObject): CompactionRefused {
     reasons: list(d, "reasons", reason),
     spill: spill === undefined || spill === null ? null : parseSpillHandle(spill),
     next: str(d, "next"),
+    cured: list(d, "cured", stringItem),
   };
 }
 

@@ -236,6 +236,18 @@ describe("the seed story against seamguard serve", () => {
     assert.deepEqual(v.data.recoveredBy, [refused.data.spill]);
     await s.commit("p1");
 
+    // The same request without the pin: pin_dropped alone stands in the
+    // way; the hole the spill holds is cured.
+    const pinOnly = await s.requestCompaction({ ...seedRequest, requestId: "p2", carriesPriorSummary: true });
+    assert.ok(pinOnly.kind === "refused", JSON.stringify(pinOnly.data));
+    assert.equal(pinOnly.data.next, "carry_pins");
+    assert.deepEqual(
+      pinOnly.data.reasons.map((r) => [r.code, r.atRisk]),
+      [["pin_dropped", [{ start: 0, end: 1 }]]],
+    );
+    assert.deepEqual(pinOnly.data.cured, ["coverage_hole"]);
+    assert.equal(pinOnly.data.spill, null);
+
     // After unpinning, the plain request is allowed at once.
     await s.unpin({ start: 0, end: 1 });
     const plain = await s.requestCompaction({ ...seedRequest, requestId: "p3", carriesPriorSummary: true });
