@@ -14,6 +14,20 @@ import (
 // This file holds catch-up: a session whose state may be behind what was
 // delivered elsewhere reads its inputs from the events stream, in stream
 // order, before its next decision.
+//
+// A state read from the session bucket is always checked this way before
+// anything is decided on it, whatever the servers' fsync setting: it may
+// be behind the stream (read from a replica behind its leader, lost by a
+// lazy server in a power cut, put back from a backup, deleted, written by
+// an older instance), and the inputs past its sequence were acknowledged
+// all the same. The check is the catch-up's first lookup of each of the
+// session's subjects past the stored sequence; in the common case it finds
+// the input at hand and nothing before it, and a session with nothing on
+// its control subject (all but those an operator resumed) is looked up on
+// its events subject alone. The batch's prefetch reads those lookups ahead,
+// concurrently with the states (prefetch.go). A session the
+// shard holds in memory is current (its stores are compare-and-swap on the
+// revision it read: any other write makes it read the state again).
 
 // catchUp applies, in stream order, the session's messages after its last
 // applied sequence up to limit, reading them from the stream, and queues
@@ -27,7 +41,11 @@ import (
 // so that its stored state is read again.
 func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
 	p := s.p
-	r := p.reader(p.subj.SessionFilters(sess.id)) // the subjects the stream holds its inputs under
+	filters := p.subj.SessionFilters(sess.id) // the subjects the stream holds its inputs under
+	if s.pre.noControl(sess.id) {
+		filters = filters[:1] // nothing on its control subject (prefetch.go)
+	}
+	r := p.reader(filters)
 	r.pre = &s.pre
 	for sess.seq < limit {
 		raw, err := r.next(ctx, b, sess.seq+1)

@@ -121,17 +121,6 @@ type Config struct {
 	// SpillVerify reads every spill back after writing it and checks its
 	// digest.
 	SpillVerify bool
-	// SyncAlways says that the NATS servers fsync every write before they
-	// acknowledge it (jetstream { sync_interval: always }), so that no
-	// state the bucket acknowledged is ever lost. With it, and a session
-	// bucket of one copy, a session read fresh skips its catch-up from the
-	// events stream when nothing of it can be pending past its stored
-	// sequence (two lookups fewer per session read). Without it (the zero
-	// value) a session read fresh always catches up, which also repairs a
-	// state the bucket lost after acknowledging it (a power cut under a
-	// lazy sync): the inputs past it are applied again from the stream.
-	// serve sets it from what it finds out about the servers.
-	SyncAlways bool
 
 	// RetryFor bounds how long a batch retries transient failures in
 	// place (NATS not answering, a publish or state write unconfirmed);

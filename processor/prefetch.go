@@ -56,11 +56,48 @@ type prefetched struct {
 type prefetch struct {
 	states  map[string]prefetched
 	lookups map[string][]span // by filter
+	// controlKnown says that controlled names every session with a
+	// message on its control subject stored before the batch was
+	// fetched; the others' catch-ups need not look there.
+	controlKnown bool
+	controlled   map[string]bool
 }
 
 func (pf *prefetch) clear() {
 	clear(pf.states)
 	clear(pf.lookups)
+	clear(pf.controlled)
+	pf.controlKnown = false
+}
+
+// noControl reports whether session id is known to have no message on its
+// control subject that a catch-up of this batch could read.
+func (pf *prefetch) noControl(id string) bool {
+	return pf != nil && pf.controlKnown && !pf.controlled[id]
+}
+
+// readControlled asks the events stream, once for the batch, which
+// sessions have any message on their control subject (operators' resumes,
+// rare). A catch-up of the batch reads no message stored after the batch
+// was fetched (see above), so a session not named needs no control lookup:
+// the check that a state read is not behind the stream then costs one
+// lookup, of its events subject. On failure nothing is known, and every
+// catch-up looks at both subjects.
+func (s *shard) readControlled(ctx context.Context) {
+	pf := &s.pre
+	info, err := s.p.res.Events.Info(ctx, jetstream.WithSubjectFilter(s.p.subj.ControlWildcard()))
+	if err != nil {
+		return
+	}
+	if pf.controlled == nil {
+		pf.controlled = make(map[string]bool, len(info.State.Subjects))
+	}
+	for subj := range info.State.Subjects {
+		if id, ok := s.p.subj.ControlToken(subj); ok {
+			pf.controlled[id] = true
+		}
+	}
+	pf.controlKnown = true
 }
 
 // state takes the prefetched state of session id, once.
@@ -129,7 +166,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.states = make(map[string]prefetched, len(tasks))
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
-	single := s.p.latestReads()
+	s.readControlled(ctx)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, prefetchConcurrency)
@@ -174,11 +211,8 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 			if got.state != nil {
 				from = got.state.Seq + 1
 			}
-			if single && t.h < from {
-				return // nothing to catch up (see handle)
-			}
 			for i, f := range s.p.subj.SessionFilters(t.id) {
-				if f == "" {
+				if f == "" || i == 1 && pf.noControl(t.id) {
 					continue
 				}
 				raw, ok := lookup(lookupKey{filter: f, seq: from})

@@ -51,7 +51,6 @@ type Processor struct {
 	running                                      atomic.Bool
 	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
 	expired, readAhead, readInBatch              atomic.Uint64
-	oneCopy                                      atomic.Bool  // see copies.go
 	cached                                       atomic.Int64 // sessions the shards hold
 }
 
@@ -265,14 +264,6 @@ func (p *Processor) Run(ctx context.Context) error {
 		stopLeases()
 		<-leasesDone
 	}()
-
-	p.readCopies(hard)
-	copiesDone := make(chan struct{})
-	go func() {
-		defer close(copiesDone)
-		p.watchCopies(hard)
-	}()
-	defer func() { cancel(); <-copiesDone }()
 
 	sweepDone := make(chan struct{})
 	go func() {

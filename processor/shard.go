@@ -315,21 +315,11 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 				acks = append(acks, ack{msg: m, win: d.win, seq: seq, session: sess.id})
 				continue
 			}
-			if sess.fresh && p.latestReads() && s.horizon(sid, d) <= sess.seq {
-				// Read from the bucket's only copy, on servers that lose
-				// nothing they acknowledged: the latest state.
-				// Every input of the session below this one was either
-				// applied and stored before it was acknowledged, or is
-				// pending: delivered elsewhere (the horizon covers it) or
-				// left here (so does the horizon). None is past the
-				// stored sequence: there is nothing to catch up.
-				sess.fresh = false
-			}
 			if s.horizon(sid, d) > sess.caughtUp || sess.fresh {
 				// The messages before this one that may be pending
 				// elsewhere; those after it follow below. A state just
-				// read from a replicated bucket always checks: it may
-				// come from a replica behind its leader (copies.go).
+				// read always checks (catchup.go): it may be behind
+				// the stream.
 				if err := s.catchUp(ctx, b, sess, seq-1, m, &pubs); errors.Is(err, errFenced) {
 					fence(sess.id, err)
 					continue

@@ -75,7 +75,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	cfg := processor.Config{Source: "urn:seamguard:demo", SpillVerify: true, SyncAlways: true} // the embedded server syncs always
+	cfg := processor.Config{Source: "urn:seamguard:demo", SpillVerify: true}
 	p, err := processor.New(ctx, js, cfg, processor.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err

@@ -359,7 +359,6 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	default:
 		log.Info("the NATS servers sync before acknowledging", "servers", durable.Servers)
 	}
-	cfg.SyncAlways = durable.Durable()
 	opts := []processor.Option{processor.WithLogger(log)}
 	if resp.set() {
 		rnc, rd, err := resp.connect(conn, url, denied.grants, log)

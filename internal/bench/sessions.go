@@ -153,7 +153,6 @@ func (r *sessionsRun) restart(sync time.Duration) error {
 
 func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSize int, heapProfile, cpuProfile string, progress func(string, ...any)) (res *SessionsResult, err error) {
 	r := &sessionsRun{cfg: cfg, dir: dir, pcfg: benchProcessorConfig("benchs"), rawKV: "benchs-raw", gen: newGen(benchProcessorConfig("benchs").Subjects(), Seed+2), progress: progress}
-	r.pcfg.SyncAlways = cfg.URL == "" && cfg.SyncInterval == 0 // as serve would find the server it starts
 	defer func() {
 		if r.srv != nil {
 			dropResources(context.WithoutCancel(ctx), r.srv.js, r.pcfg)
