@@ -8,6 +8,15 @@ import (
 	"github.com/seamguard/seamguard/processor/ledger"
 )
 
+// Parked is a parked session's record, as the session bucket holds it.
+type Parked struct {
+	Cause      string    `json:"cause"`
+	StuckSince time.Time `json:"stuck_since"`
+	ParkedAt   time.Time `json:"parked_at"`
+	StoredSeq  uint64    `json:"stored_seq"`
+	By         string    `json:"by"`
+}
+
 // Range is a half-open offset interval.
 type Range = events.Range
 
@@ -201,6 +210,10 @@ type Model struct {
 	Spills    uint32              `json:"spills"`
 	LastSpill *events.SpillHandle `json:"last_spill"`
 	Halt      *Halt               `json:"halt"`
+	// Parked is the session's park record, when it is parked: stuck on a
+	// failure retrying cannot fix, its inputs past the record's stored
+	// sequence waiting in the events stream (see processor.ParkRecord).
+	Parked *Parked `json:"parked,omitempty"`
 	// Pending names a compaction whose spill was asked for and whose result
 	// is not yet applied ("" when none).
 	Pending string `json:"pending_spill_for,omitempty"`

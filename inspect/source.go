@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -195,6 +196,16 @@ func (s Source) Load(ctx context.Context, session string) (*Model, error) {
 	AttachCarried(hist, carried)
 	m := Build(st.Ledger.View(), Origin{From: "kv", Name: names.Sessions, Seq: st.Seq}, names.Verdicts, hist)
 	m.Unattributed = bad
+	switch pe, err := kv.Get(ctx, processor.ParkedKey(session)); {
+	case err == nil:
+		var rec processor.ParkRecord
+		if err := json.Unmarshal(pe.Value(), &rec); err != nil {
+			return nil, fmt.Errorf("inspect: session %s: its park record does not parse: %w", session, err)
+		}
+		m.Parked = &Parked{Cause: rec.Cause, StuckSince: rec.StuckSince, ParkedAt: rec.ParkedAt, StoredSeq: rec.StoredSeq, By: rec.By}
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, fmt.Errorf("inspect: read the park record of %s from bucket %s: %w", session, names.Sessions, err)
+	}
 	return m, nil
 }
 

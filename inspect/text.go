@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/termtext"
@@ -99,6 +100,10 @@ func (t *textWriter) header(m *Model) {
 	if m.Halt != nil {
 		t.line("  %s by compaction \"%s\": offsets %s cannot be recovered; every compaction is refused until `seamguard resume %s --note ...`",
 			t.paint("31;1", "halted"), safe(m.Halt.Request), ledger.FormatRanges(m.Halt.Unrecoverable), safe(m.Session))
+	}
+	if pk := m.Parked; pk != nil {
+		t.line("  %s since %s (stuck since %s, by %s): %s; its inputs after events sequence %d wait in the events stream, unapplied, until `seamguard resume %s --note ...`",
+			t.paint("31;1", "PARKED"), pk.ParkedAt.UTC().Format(time.RFC3339), pk.StuckSince.UTC().Format(time.RFC3339), safe(pk.By), safe(pk.Cause), pk.StoredSeq, safe(m.Session))
 	}
 	if m.Pending != "" {
 		t.line("  a spill for compaction \"%s\" was asked for and its result is not applied yet", safe(m.Pending))

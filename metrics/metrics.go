@@ -99,6 +99,8 @@ type Recorder struct {
 	stuckSession    *prometheus.GaugeVec
 	stuckMu         sync.Mutex
 	stuckNamed      map[string]bool
+	parked          prometheus.Gauge
+	parkedSet       map[string]bool
 	serviceDenied   *prometheus.CounterVec
 	storeMissing    *prometheus.GaugeVec
 
@@ -184,6 +186,11 @@ func New() *Recorder {
 			Help: "1 for each stuck session, by session id (at most 64 are named; seamguard_sessions_stuck counts them all).",
 		}, []string{"session"}),
 		stuckNamed: map[string]bool{},
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seamguard_sessions_parked",
+			Help: "Sessions parked: stuck past --park-after on a failure retrying cannot fix; their inputs wait in the events stream, acknowledged into the session's park record, until an operator's seamguard resume applies them.",
+		}),
+		parkedSet: map[string]bool{},
 		serviceDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamguard_service_denied_total",
 			Help: "Requests to the processor's services (the recover service) not served: reason reply_subject (a reply subject outside the inbox prefixes; no answer) or overloaded (a full queue; answered 503).",
@@ -199,7 +206,7 @@ func New() *Recorder {
 	}
 	r.reg.MustRegister(r.events, r.rejections, r.verdicts, r.reasons, r.spills, r.spillBytes, r.spillFailures,
 		r.spillSeconds, r.decision, r.snapshot, r.casConflicts, r.consumerLag, r.consumerPending, r.pollErrors,
-		r.stuck, r.stuckSession, r.serviceDenied, r.storeMissing,
+		r.stuck, r.stuckSession, r.parked, r.serviceDenied, r.storeMissing,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range InputTypes {
 		r.byType[t] = r.events.WithLabelValues(t)
@@ -338,6 +345,21 @@ func (r *Recorder) Stuck(session string, stuck bool) {
 		delete(r.stuckNamed, session)
 		r.stuckSession.DeleteLabelValues(session)
 	}
+}
+
+// Parked sets seamguard_sessions_parked as sessions are parked and let go.
+func (r *Recorder) Parked(session string, parked bool) {
+	r.stuckMu.Lock()
+	defer r.stuckMu.Unlock()
+	if parked == r.parkedSet[session] {
+		return
+	}
+	if parked {
+		r.parkedSet[session] = true
+	} else {
+		delete(r.parkedSet, session)
+	}
+	r.parked.Set(float64(len(r.parkedSet)))
 }
 
 // StoreMissing sets seamguard_store_missing for stream: 1 while it is

@@ -228,3 +228,15 @@ func TestRecorderPins(t *testing.T) {
 	assert.Equal(t, 2.0, value(t, s, "seamguard_events_total", "type", "context.unpinned"))
 	assert.Equal(t, 0.0, value(t, s, "seamguard_events_total", "type", metrics.Other))
 }
+
+func TestRecorderParked(t *testing.T) {
+	r := metrics.New()
+	assert.Equal(t, 0.0, value(t, scrape(t, r), "seamguard_sessions_parked"))
+	r.Parked("a", true)
+	r.Parked("a", true) // told twice (its own park, then its record read): once
+	r.Parked("b", true)
+	assert.Equal(t, 2.0, value(t, scrape(t, r), "seamguard_sessions_parked"))
+	r.Parked("a", false)
+	r.Parked("c", false) // never parked here
+	assert.Equal(t, 1.0, value(t, scrape(t, r), "seamguard_sessions_parked"))
+}

@@ -29,6 +29,7 @@ const (
 	DefaultPartitions         = 4
 	DefaultLeaseTTL           = 15 * time.Second
 	DefaultRetryFor           = 30 * time.Second
+	DefaultParkAfter          = 10 * time.Minute
 	DefaultStartTimeout       = 2 * time.Minute
 	DefaultDrainTimeout       = 25 * time.Second
 	DefaultMaxSessions        = 250_000
@@ -129,6 +130,16 @@ type Config struct {
 	// processor reports itself unready, and every other session goes on.
 	// Failures that retrying cannot fix are not retried at all.
 	RetryFor time.Duration
+	// ParkAfter is how long a session may stay stuck on a failure that
+	// retrying cannot fix (a state over the bucket's value limit, a
+	// permission denied) before it is parked; 0 means 10m. A parked
+	// session has a record of its own in the session bucket, with the
+	// cause, and its inputs are acknowledged into that record: they wait
+	// in the events stream, unapplied, so the partition's other sessions
+	// go on. An operator's input on its control subject (seamguard resume)
+	// takes it out of the park and applies every waiting input, in order,
+	// at once (park.go).
+	ParkAfter time.Duration
 	// StartTimeout bounds how long New and the start of Run wait for
 	// NATS to answer while they set up the streams, buckets and consumers
 	// (a cluster still electing its leaders after a restart answers with
@@ -271,6 +282,7 @@ func (c Config) withDefaults() Config {
 	set(&c.Partitions, DefaultPartitions)
 	setD(&c.LeaseTTL, DefaultLeaseTTL)
 	setD(&c.RetryFor, DefaultRetryFor)
+	setD(&c.ParkAfter, DefaultParkAfter)
 	setD(&c.StartTimeout, DefaultStartTimeout)
 	setD(&c.DrainTimeout, DefaultDrainTimeout)
 	set(&c.MaxSessions, DefaultMaxSessions)
@@ -309,7 +321,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"StartTimeout", c.StartTimeout}, {"DrainTimeout", c.DrainTimeout}, {"SweepMinAge", c.SweepMinAge}} {
+	}{{"LeaseTTL", c.LeaseTTL}, {"EventsMaxAge", c.EventsMaxAge}, {"EventsDuplicates", c.EventsDuplicates}, {"VerdictsMaxAge", c.VerdictsMaxAge}, {"VerdictsDuplicates", c.VerdictsDuplicates}, {"AckWait", c.AckWait}, {"RetryFor", c.RetryFor}, {"ParkAfter", c.ParkAfter}, {"StartTimeout", c.StartTimeout}, {"DrainTimeout", c.DrainTimeout}, {"SweepMinAge", c.SweepMinAge}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("processor: %s is %s; it must be 0 (the default) or more", f.name, f.v))
 		}

@@ -61,6 +61,14 @@ func (t *troubles) clear(key string) (was bool) {
 	return true
 }
 
+// since returns when key became a trouble, if it is one now.
+func (t *troubles) since(key string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr, ok := t.m[key]
+	return tr.since, ok
+}
+
 // has reports whether key is a trouble now.
 func (t *troubles) has(key string) bool {
 	t.mu.Lock()

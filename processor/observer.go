@@ -53,6 +53,11 @@ type Observer interface {
 	// (missing true), and when it exists again. It is called from the
 	// goroutine that watches the stores, not on the path of a message.
 	StoreMissing(stream string, missing bool)
+	// Parked is called when a session is parked (parked true: stuck past
+	// Config.ParkAfter on a failure retrying cannot fix, its inputs
+	// acknowledged into its park record) and when it no longer is, on this
+	// instance or as another instance's record is found or found gone.
+	Parked(session string, parked bool)
 }
 
 // WithObserver sets the Observer; the default observes nothing.
@@ -68,6 +73,7 @@ func (nopObserver) SpillFailed()                              {}
 func (nopObserver) Stored(time.Duration)                      {}
 func (nopObserver) CASConflict()                              {}
 func (nopObserver) Stuck(string, bool)                        {}
+func (nopObserver) Parked(string, bool)                       {}
 func (nopObserver) ServiceDenied(string)                      {}
 func (nopObserver) StoreMissing(string, bool)                 {}
 

@@ -46,11 +46,13 @@ type Processor struct {
 	abort context.CancelFunc
 
 	health   troubles
+	parked   parkedSet // sessions parked (park.go)
 	checkNow chan struct{} // asks watchStores for a check now; see noticeFailure
 
 	running                                      atomic.Bool
 	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
 	expired, readAhead, readInBatch              atomic.Uint64
+	parkedInputs                                 atomic.Uint64
 	cached                                       atomic.Int64 // sessions the shards hold
 }
 
@@ -277,6 +279,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.watchStores(hard)
 	}()
 	defer func() { cancel(); <-storesDone }()
+	parkedDone := make(chan struct{})
+	go func() {
+		defer close(parkedDone)
+		p.watchParked(hard)
+	}()
+	defer func() { cancel(); <-parkedDone }()
 	stopRecover := p.serveRecover(ctx, hard) // stops when the drain begins
 	defer stopRecover()
 
@@ -387,13 +395,18 @@ type Stats struct {
 	// were not served: a reply subject outside the inbox prefixes (no
 	// answer) or a full queue (answered 503).
 	ServiceDenied uint64
+	// Parked is how many sessions are parked now (as this instance knows);
+	// ParkedInputs counts the inputs acknowledged into park records.
+	Parked       int
+	ParkedInputs uint64
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
 	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
 		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load()),
-		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load(), ServiceDenied: p.denied.total.Load()}
+		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
+		Parked: len(p.Parked()), ParkedInputs: p.parkedInputs.Load()}
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither

@@ -254,6 +254,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	b := &budget{limit: p.cfg.RetryFor, notice: p.noticeFailure}
 	s.fill(ctx, batch)
 	defer s.pre.clear()
+	// parkedNow holds the sessions of fenced parked during the batch: their
+	// inputs are acknowledged after all.
+	var parkedNow map[string]bool
 	park := func(id string, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -265,6 +268,20 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		if p.health.set(stuckPrefix+id, err) {
 			p.obs.Stuck(id, true)
 		}
+		if p.parkable(id, err) {
+			// Stuck for good: parked, its inputs acknowledged into the
+			// record once it is stored (park.go).
+			perr := p.park(ctx, id, err)
+			if perr == nil {
+				if parkedNow == nil {
+					parkedNow = map[string]bool{}
+				}
+				parkedNow[id] = true
+				leave(id)
+				return nil
+			}
+			p.log.Error("cannot park the session; it stays stuck", "session", id, "err", perr)
+		}
 		p.log.Error("session stuck: its inputs wait for redelivery", "session", id, "err", err, "stuck_sessions", p.health.stuck.Load())
 		leave(id)
 		return nil
@@ -273,6 +290,13 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		if d.mark != nil {
 			if sid, err := p.subj.SessionOf(d.markSubject); err == nil && !fenced[sid] && !s.current(d, sid) {
 				leave(sid)
+				continue
+			}
+			if sid, err := p.subj.SessionOf(d.markSubject); err == nil && (parkedNow[sid] || !fenced[sid] && p.parked.has(sid)) {
+				for _, seq := range d.mark {
+					acks = append(acks, ack{win: d.win, seq: seq})
+				}
+				p.parkedInputs.Add(uint64(len(d.mark)))
 				continue
 			}
 			if sid, err := s.adopted(ctx, b, d, &acks, &pubs, &touched, fenced, fence); err != nil {
@@ -293,12 +317,34 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		var sess *session
 		sid, serr := p.subj.SessionOf(m.Subject())
 		if serr == nil && fenced[sid] {
+			if parkedNow[sid] {
+				acks = append(acks, ack{msg: m, win: d.win, seq: seq})
+				p.parkedInputs.Add(1)
+			}
 			continue
 		}
 		if serr == nil {
 			if !s.current(d, sid) {
 				leave(sid)
 				continue
+			}
+			if p.parked.has(sid) {
+				if !p.subj.IsControl(m.Subject()) {
+					// Acknowledged into the park record: it waits in the
+					// events stream.
+					acks = append(acks, ack{msg: m, win: d.win, seq: seq})
+					p.parkedInputs.Add(1)
+					continue
+				}
+				// An operator's input: out of the park, read afresh and
+				// caught up over every waiting input before it.
+				if err := p.unpark(ctx, sid); err != nil {
+					if err := park(sid, err); err != nil {
+						return err
+					}
+					continue
+				}
+				s.drop(sid)
 			}
 			sess, err = s.load(ctx, b, sid, d.horizon, d.epoch)
 			if err != nil {
@@ -429,7 +475,10 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	unstuck := p.health.stuck.Load() > 0
 	for _, a := range acks {
 		if fenced[a.session] {
-			continue
+			if !parkedNow[a.session] {
+				continue
+			}
+			p.parkedInputs.Add(1)
 		}
 		if unstuck && a.session != "" && p.health.clear(stuckPrefix+a.session) {
 			p.obs.Stuck(a.session, false)

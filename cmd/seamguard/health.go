@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/seamguard/seamguard/internal/termtext"
+	"github.com/seamguard/seamguard/processor"
 )
 
 // health serves /healthz (the process runs and NATS is connected) and
@@ -18,7 +21,8 @@ import (
 type health struct {
 	nc      *nats.Conn
 	ready   func() error
-	metrics http.Handler // nil: no /metrics
+	parked  func() []processor.ParkRecord // nil: none reported
+	metrics http.Handler                  // nil: no /metrics
 }
 
 func (h health) handler() http.Handler {
@@ -40,6 +44,15 @@ func (h health) handler() http.Handler {
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		// Parked sessions do not make the processor unready (every other
+		// session goes on); they are named here, and counted by
+		// seamguard_sessions_parked.
+		if h.parked != nil {
+			for _, r := range h.parked() {
+				fmt.Fprintf(w, "parked: session %s since %s (stored up to events sequence %d): %s; seamguard resume %s --note ... applies its waiting inputs\n",
+					termtext.Escape(r.Session), r.ParkedAt.Format(time.RFC3339), r.StoredSeq, termtext.Escape(r.Cause), termtext.Escape(r.Session))
+			}
+		}
 	})
 	if h.metrics != nil {
 		mux.Handle("GET /metrics", h.metrics)

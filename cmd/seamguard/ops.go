@@ -409,17 +409,23 @@ waits for the processor to take it and reports what really happened. The
 offsets the halt named become waived (recorded as lost, counted as recoverable
 from then on), and the session's compactions are decided again.
 
+It also takes a parked session out of its park (one stuck past serve's
+--park-after on a failure retrying cannot fix): every input that waited in the
+events stream is applied, in order, before the resume.
+
 It reads the session's state (bucket <prefix>-sessions) before publishing, and
 again until the processor has applied the resume; a rejection comes as a
 verdict on <prefix>.verdicts.<session>.rejected. The shipped operator identity
 may do all of it.
 
 exit status:
-  0  the halt is lifted: the waived offsets are printed
+  0  the halt is lifted (the waived offsets are printed), or the session is out
+     of its park
   1  failed: nothing was published, or its outcome is unknown (the message says)
   2  usage
   3  the processor rejected the resume (unknown_session, session_closed, ...)
-  4  the session was not halted: nothing to waive (the resume changed nothing)
+  4  the session was neither halted nor parked: nothing to waive (the resume
+     changed nothing)
   5  published, but the processor did not take it within --timeout (it will
      when it runs)
 
@@ -483,6 +489,17 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return fmt.Errorf("%w: %v", errUsage, err) // a --note or --source over its bound
 	}
 
+	// Whether it is parked: the resume then takes it out of its park.
+	var parked *processor.ParkRecord
+	if kv, err := js.KeyValue(ctx, cfg.Names().Sessions); err == nil {
+		if e, err := kv.Get(ctx, processor.ParkedKey(session)); err == nil {
+			var rec processor.ParkRecord
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				parked = &rec
+			}
+		}
+	}
+
 	// What the session is before: halted, and on which offsets.
 	w := newWaiter(js, cf.nc, cfg, nil)
 	defer w.stop()
@@ -531,6 +548,10 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 
 	after := w.sessions[session].state
+	if parked != nil {
+		fmt.Fprintf(stdout, "session %s out of its park (parked %s: %s): its inputs after events sequence %d are applied; its state now stands at sequence %d\n",
+			session, parked.ParkedAt.Format(time.RFC3339), termtext.Escape(parked.Cause), parked.StoredSeq, after.Seq)
+	}
 	bv, av := before.Ledger.View(), after.Ledger.View()
 	waived := ledger.Diff(av.Waived, bv.Waived)
 	wasHalted := bv.Status == "halted"
@@ -551,6 +572,9 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return nil
 	case av.Status == "halted":
 		return fmt.Errorf("session %s is still halted (since compaction %q) after the resume: seamguard inspect %s shows why", session, termtext.Escape(av.HaltRequest), session)
+	}
+	if parked != nil {
+		return nil
 	}
 	return &exitError{exitNotHalted, fmt.Errorf("session %s was not halted: nothing to waive; the resume is recorded (sequence %d) and changed nothing", session, ack.Sequence)}
 }

@@ -82,6 +82,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
 	fs.Var(durations(&p.cfg.AckWait, processor.DefaultAckWait, time.Second, time.Hour), "ack-wait", "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
+	fs.Var(durations(&p.cfg.ParkAfter, processor.DefaultParkAfter, time.Second, 7*24*time.Hour), "park-after", "how long a session may stay stuck on a failure retrying cannot fix before it is parked: its inputs are acknowledged into a park record and wait in the events stream until seamguard resume, so its partition goes on")
 	fs.Var(durations(&p.cfg.RetryFor, processor.DefaultRetryFor, time.Second, time.Hour), "retry-for", "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
 	fs.Var(durations(&p.cfg.StartTimeout, processor.DefaultStartTimeout, time.Second, time.Hour), "start-timeout", "how long serve waits at start for NATS to answer while it sets up its streams, buckets and consumers (a cluster restarting) before it gives up")
 	fs.Var(durations(&p.cfg.DrainTimeout, processor.DefaultDrainTimeout, time.Second, time.Hour), "drain-timeout", "the longest a shutdown waits for work in flight before it stops anyway and hands its partitions over")
@@ -386,7 +387,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if rec != nil {
 		rec.WatchProcessor(p)
 		rec.SyncAlways(durable.Gauge())
-		addr := serveHealth(ctx, healthLn, health{nc: nc, ready: p.Ready, metrics: rec.Handler()}, log)
+		addr := serveHealth(ctx, healthLn, health{nc: nc, ready: p.Ready, parked: p.Parked, metrics: rec.Handler()}, log)
 		pc := p.Config()
 		consumers := make([]string, 0, pc.Partitions+1)
 		for part := -1; part < pc.Partitions; part++ {
