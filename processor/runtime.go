@@ -46,7 +46,7 @@ type Processor struct {
 	abort context.CancelFunc
 
 	health   troubles
-	parked   parkedSet // sessions parked (park.go)
+	parked   parkedSet     // sessions parked (park.go)
 	checkNow chan struct{} // asks watchStores for a check now; see noticeFailure
 
 	running                                      atomic.Bool
