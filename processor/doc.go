@@ -136,7 +136,11 @@
 //     clears it. A stuck session's unacknowledged inputs hold back the
 //     acknowledgements of its partition (not its decisions): the inputs
 //     after them are redelivered at their deadline and skipped, and past
-//     MaxAckPending the partition waits for them.
+//     MaxAckPending the partition waits for them. A session stuck for
+//     ParkAfter on a permanent failure is therefore parked (park.go): a
+//     record in the session bucket, its inputs acknowledged into it and
+//     left in the events stream until an operator's control input applies
+//     them.
 //   - a spill: the object store's own retries (package spill, bounded in
 //     count); NATS not answering, within the batch's budget as above; other
 //     failures up to 4 attempts, then the session halts (rule 5). A spill
