@@ -125,7 +125,7 @@ func burst(t *testing.T, bin string, w *workload.Workload) burstRun {
 	t0 := time.Now()
 	publishFast(t, js, msgs)
 	run.PublishSecs = time.Since(t0).Seconds()
-	require.Equal(t, uint64(len(msgs)), streamMsgs(ctx, js, "SEAMGUARD_EVENTS"))
+	require.Equal(t, uint64(len(msgs)), countMsgs(t, js, "SEAMGUARD_EVENTS"))
 
 	p := &procRunner{t: t, bin: bin, url: srv.url()}
 	defer p.cleanup()
@@ -167,7 +167,7 @@ func burst(t *testing.T, bin string, w *workload.Workload) burstRun {
 	require.NoError(t, err)
 	run.PeakRSSMiB, run.EndRSSMiB = float64(hwm)/1024, float64(rss)/1024
 	run.EventsPerSec = float64(run.Events) / run.DrainSecs
-	run.Verdicts = streamMsgs(ctx, js, "SEAMGUARD_VERDICTS")
+	run.Verdicts = countMsgs(t, js, "SEAMGUARD_VERDICTS")
 	require.NoError(t, p.stop())
 	return run
 }
