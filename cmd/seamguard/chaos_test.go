@@ -593,3 +593,24 @@ func TestChaos(t *testing.T) {
 	assert.Equal(t, 1, rep.NATSRestarts)
 	assert.Equal(t, len(ref), len(got))
 }
+
+// TestQuietWaitsForEveryConsumer: with only the first consumer the
+// processor creates (seamguard-invalid, which matches none of a fleet's
+// events) in place, a backlog is not consumed, and quiet must not say so.
+func TestQuietWaitsForEveryConsumer(t *testing.T) {
+	srv := embedded.StartTest(t)
+	ctx := context.Background()
+	cfg := processor.Config{Source: "urn:seamguard:test"}
+	_, err := processor.Provision(ctx, srv.JS, cfg)
+	require.NoError(t, err)
+	_, err = srv.JS.Publish(ctx, cfg.Subjects().Events("s1"), []byte(`{}`))
+	require.NoError(t, err)
+	_, err = srv.JS.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(-1))
+	require.NoError(t, err)
+	require.False(t, quiet(ctx, srv.JS), "one idle consumer of five, and the backlog untouched")
+	for part := range processor.DefaultPartitions {
+		_, err = srv.JS.CreateOrUpdateConsumer(ctx, cfg.Names().Events, cfg.ConsumerConfig(part))
+		require.NoError(t, err)
+	}
+	require.False(t, quiet(ctx, srv.JS), "every consumer, one with the event pending")
+}
