@@ -3,6 +3,7 @@ package processor_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -77,17 +79,23 @@ func (e *env) sideEffects(t *testing.T, cfg processor.Config) sideEffects {
 	n := cfg.Names()
 	var s sideEffects
 	s.events = e.streamInfo(t, n.Events).State.Msgs
+	// A stream found may be deleted before its info is read (the attacks
+	// run while this looks): then it is not there.
 	if str, err := e.JS.Stream(e.ctx, n.Verdicts); err == nil {
-		s.verdictStream = true
 		info, err := str.Info(e.ctx)
-		require.NoError(t, err)
-		s.verdicts = info.State.Msgs
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			require.NoError(t, err)
+			s.verdictStream = true
+			s.verdicts = info.State.Msgs
+		}
 	}
 	if str, err := e.JS.Stream(e.ctx, "OBJ_"+n.Spills); err == nil {
-		s.spillStream = true
 		info, err := str.Info(e.ctx)
-		require.NoError(t, err)
-		s.spillMsgs = info.State.Msgs
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			require.NoError(t, err)
+			s.spillStream = true
+			s.spillMsgs = info.State.Msgs
+		}
 	}
 	kv, err := e.JS.KeyValue(e.ctx, n.Sessions)
 	require.NoError(t, err)
