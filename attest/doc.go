@@ -1,4 +1,4 @@
-// Package attest makes verdicts attributable (CONTRACT.md section 9): the
+// Package attest makes verdicts attributable (docs/security.md): the
 // processor signs the bytes of every output it publishes with its NKey, and
 // subscribers check that signature against the public keys they trust
 // before they believe a verdict.

@@ -559,6 +559,21 @@ func TestCompose(t *testing.T) {
 			if !slices.Equal(hosts, nats) {
 				t.Errorf("SEAMGUARD_NATS_URL names %v, want every nats service %v", hosts, nats)
 			}
+			// serve checks at start that the servers sync before they
+			// acknowledge, on their monitoring endpoints.
+			hosts = nil
+			for _, u := range strings.Split(env["SEAMGUARD_NATS_MONITOR_URL"], ",") {
+				pu, err := url.Parse(u)
+				if err != nil || pu.Scheme != "http" || pu.Port() != strconv.Itoa(httpPort) {
+					t.Errorf("SEAMGUARD_NATS_MONITOR_URL entry %q is not http://HOST:%d, the monitoring port", u, httpPort)
+					continue
+				}
+				hosts = append(hosts, pu.Hostname())
+			}
+			slices.Sort(hosts)
+			if !slices.Equal(hosts, nats) {
+				t.Errorf("SEAMGUARD_NATS_MONITOR_URL names %v, want every nats service %v", hosts, nats)
+			}
 			if env["SEAMGUARD_USER"] != "processor" || env["SEAMGUARD_PASSWORD"] != processorPW {
 				t.Errorf("seamguard connects as %q with %q; want processor with the servers' NATS_PROCESSOR_PASSWORD", env["SEAMGUARD_USER"], env["SEAMGUARD_PASSWORD"])
 			}
@@ -915,6 +930,18 @@ func TestKubernetes(t *testing.T) {
 	if want := []string{"nats-0.nats-headless", "nats-1.nats-headless", "nats-2.nats-headless"}; !slices.Equal(hosts, want) {
 		t.Errorf("SEAMGUARD_NATS_URL names %v; the Helm release \"nats\" with 3 replicas gives %v", hosts, want)
 	}
+	var monitors []string
+	for _, u := range strings.Split(fmt.Sprint(data["SEAMGUARD_NATS_MONITOR_URL"]), ",") {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Scheme != "http" || pu.Port() != "8222" {
+			t.Errorf("SEAMGUARD_NATS_MONITOR_URL entry %q is not http://HOST:8222 (the Helm values' monitor port)", u)
+			continue
+		}
+		monitors = append(monitors, pu.Hostname())
+	}
+	if !slices.Equal(monitors, hosts) {
+		t.Errorf("SEAMGUARD_NATS_MONITOR_URL names %v; want the servers of SEAMGUARD_NATS_URL, %v", monitors, hosts)
+	}
 
 	// hardening and resources
 	for path, want := range map[string]any{
@@ -1029,6 +1056,23 @@ func TestReadmeNamesTheFiles(t *testing.T) {
 	for _, want := range [][]byte{[]byte("docker compose up"), []byte("LeaseTTL"), []byte("Docker")} {
 		if !bytes.Contains(b, want) {
 			t.Errorf("deploy/README.md does not mention %s", want)
+		}
+	}
+	// The partition count it describes is the one deploy/kubernetes sets.
+	n := kubernetesPartitions(t)
+	for _, want := range []string{
+		fmt.Sprintf("`SEAMGUARD_PARTITIONS: \"%d\"`", n),
+		fmt.Sprintf("{{partition(%d,1)}}", n),
+		fmt.Sprintf("`seamguard-p0`..`seamguard-p%d`", n-1),
+	} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("deploy/README.md does not say %s, what deploy/kubernetes/configmap.yaml sets", want)
+		}
+	}
+	for _, m := range regexp.MustCompile(`SEAMGUARD_PARTITIONS: "(\d+)"|partition\((\d+),1\)`).FindAllSubmatch(b, -1) {
+		got := string(m[1]) + string(m[2])
+		if got != strconv.Itoa(n) {
+			t.Errorf("deploy/README.md says %s partitions; deploy/kubernetes/configmap.yaml sets %d", got, n)
 		}
 	}
 }

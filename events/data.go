@@ -292,7 +292,7 @@ func (o obj) pinRange(hint string) (Range, *Error) {
 
 // carriedPins reads carried_pins: absent or null is none. Anything but a
 // list of ranges is no rejection: the ledger refuses the request with
-// invalid_request (CONTRACT.md section 8), so the second result says why.
+// invalid_request, so the second result says why.
 // Reversed ranges are returned as they are, for the ledger to refuse.
 func (o obj) carriedPins() ([]Range, string) {
 	raw, ok := o.get("carried_pins")

@@ -1,8 +1,9 @@
 // Package events is seamguard's wire codec: it turns NATS messages into
 // validated, typed input events and typed outputs into verdict messages, as
-// shared/CONTRACT.md (sections 2 to 4 and 6) lays down. It does no I/O and
-// keeps no state; the processor decodes with it, the ledger reads its types,
-// spills write events back with it, and subscribers read verdicts with it.
+// docs/contract.md lays down (subjects, the envelope, inputs and outputs).
+// It does no I/O and keeps no state; the processor decodes with it, the
+// ledger reads its types, spills write events back with it, and subscribers
+// read verdicts with it.
 //
 // # Decoding
 //
@@ -66,8 +67,8 @@
 //     compaction.requested, and its empty or absent request_id, decode, and
 //     the ledger refuses them with invalid_request, so that the agent gets a
 //     verdict it waits for rather than a rejection.
-//   - Pins (CONTRACT.md section 8): turn.appended's pinned is true or false
-//     (anything else is bad_data, field data.pinned); context.pinned and
+//   - Pins: turn.appended's pinned is true or false (anything else is
+//     bad_data, field data.pinned); context.pinned and
 //     context.unpinned carry a range, and a reversed one is bad_data, as
 //     for context.truncated. compaction.requested's carried_pins decodes
 //     whatever it holds: a list of {start, end} objects becomes
@@ -88,8 +89,8 @@
 //
 // # Bounds
 //
-// No input can make seamguard keep or say much about it (CONTRACT.md
-// section 7):
+// No input can make seamguard keep or say much about it (docs/contract.md,
+// "Bounds and failing closed"):
 //   - id, source, every extension value (a string's bytes once decoded,
 //     or a number's or a boolean's JSON spelling), and data.request_id of
 //     compaction.requested and compaction.committed are at most MaxIDBytes

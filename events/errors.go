@@ -2,7 +2,7 @@ package events
 
 import "fmt"
 
-// Code is a rejection code of io.seamguard.event.rejected (CONTRACT.md section 6).
+// Code is a rejection code of io.seamguard.event.rejected (docs/contract.md, Outputs).
 type Code string
 
 // Rejection codes.
@@ -31,7 +31,7 @@ const (
 	CodeNotPermitted Code = "not_permitted"
 )
 
-// Bounds on input and output (CONTRACT.md section 7).
+// Bounds on input and output (docs/contract.md, "Bounds and failing closed").
 const (
 	// MaxIDBytes bounds id, source, request_id and every extension value.
 	MaxIDBytes = 256
@@ -46,7 +46,7 @@ const (
 )
 
 // ReasonCode names a failed check or a rule-1 refusal of a compaction request
-// (CONTRACT.md section 5).
+// (docs/contract.md, The decision).
 type ReasonCode string
 
 // Reason codes of the checks, then of rule 1.
@@ -58,7 +58,7 @@ const (
 	ReasonSeamGap         ReasonCode = "seam_gap"
 	ReasonCoverageHole    ReasonCode = "coverage_hole"
 	ReasonSequenceGap     ReasonCode = "sequence_gap"
-	ReasonPinDropped      ReasonCode = "pin_dropped" // CONTRACT.md section 8
+	ReasonPinDropped      ReasonCode = "pin_dropped" // a pinned offset left the context
 	ReasonInvalidRequest  ReasonCode = "invalid_request"
 	ReasonUnknownSession  ReasonCode = "unknown_session"
 	ReasonSessionClosed   ReasonCode = "session_closed"

@@ -63,8 +63,8 @@ func (s Subjects) EventsWildcard() string {
 }
 
 // Control is the control subject of session: "<prefix>.control.<session>".
-// A session.resumed counts only when it arrives there (CONTRACT.md section
-// 7, Authority); deployments grant it to operators alone. The events stream
+// A session.resumed counts only when it arrives there (docs/contract.md,
+// Inputs); deployments grant it to operators alone. The events stream
 // stores control subjects as they are published, beside the session's
 // events, so the processor reads both in stream order.
 func (s Subjects) Control(session string) string {

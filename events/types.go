@@ -8,20 +8,20 @@ import (
 // TypePrefix starts the type of every seamguard event, input or output.
 const TypePrefix = "io.seamguard."
 
-// Input event types (CONTRACT.md section 4).
+// Input event types (docs/contract.md, Inputs).
 const (
 	TypeSessionOpened       = TypePrefix + "session.opened"
 	TypeTurnAppended        = TypePrefix + "turn.appended"
 	TypeContextTruncated    = TypePrefix + "context.truncated"
-	TypeContextPinned       = TypePrefix + "context.pinned"   // CONTRACT.md section 8
-	TypeContextUnpinned     = TypePrefix + "context.unpinned" // CONTRACT.md section 8
+	TypeContextPinned       = TypePrefix + "context.pinned"   // pinned turns
+	TypeContextUnpinned     = TypePrefix + "context.unpinned" // pinned turns
 	TypeCompactionRequested = TypePrefix + "compaction.requested"
 	TypeCompactionCommitted = TypePrefix + "compaction.committed"
 	TypeSessionResumed      = TypePrefix + "session.resumed"
 	TypeSessionClosed       = TypePrefix + "session.closed"
 )
 
-// Output event types (CONTRACT.md section 6).
+// Output event types (docs/contract.md, Outputs).
 const (
 	TypeCompactionAllowed   = TypePrefix + "compaction.allowed"
 	TypeCompactionRefused   = TypePrefix + "compaction.refused"
@@ -105,7 +105,7 @@ type TurnAppended struct {
 	Tokens  *uint64         `json:"tokens,omitempty"`
 	Content json.RawMessage `json:"content,omitempty"`
 	// Pinned marks the turn as a rule that must stay in the agent's
-	// working context (CONTRACT.md section 8).
+	// working context.
 	Pinned bool `json:"pinned,omitempty"`
 }
 
@@ -137,7 +137,7 @@ type CompactionRequested struct {
 	Occupancy           *uint64 `json:"occupancy,omitempty"`
 	Threshold           *uint64 `json:"threshold,omitempty"`
 	// CarriedPins are the ranges the agent puts back into the new context
-	// verbatim, outside the summary (CONTRACT.md section 8). A reversed
+	// verbatim, outside the summary. A reversed
 	// range decodes; the ledger refuses the request (invalid_request).
 	CarriedPins []Range `json:"carried_pins,omitempty"`
 	// CarriedPinsInvalid says why carried_pins was not a list of ranges
@@ -282,7 +282,7 @@ const (
 	NextRetry = "retry" // a retry of the same compaction will be allowed
 	NextNone  = "none"  // a retry will not help as it stands
 	// NextCarryPins: the compaction drops pinned turns; send it again with
-	// them in carried_pins (CONTRACT.md section 8).
+	// them in carried_pins.
 	NextCarryPins = "carry_pins"
 )
 
@@ -307,8 +307,8 @@ type CompactionRefused struct {
 	Spill     *SpillHandle `json:"spill"`
 	Next      string       `json:"next"`
 	// Cured names the failed checks that spills or waivers already cover,
-	// on a refusal that pin_dropped alone causes (CONTRACT.md section 8,
-	// v1.3); Reasons then lists pin_dropped alone. Absent on every other
+	// on a refusal that pin_dropped alone causes; Reasons then lists
+	// pin_dropped alone. Absent on every other
 	// refusal.
 	Cured []ReasonCode `json:"cured,omitempty"`
 }

@@ -49,7 +49,7 @@ const (
 )
 
 // Pinned is the class of the pinned track: offsets the agent pinned (N),
-// turns that must stay in its working context (CONTRACT.md section 8).
+// turns that must stay in its working context.
 const Pinned Class = "pinned"
 
 // severity orders classes for a cell that covers several offsets: the cell

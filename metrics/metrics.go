@@ -234,9 +234,11 @@ func New() *Recorder {
 // Registry returns the registry, to register more collectors.
 func (r *Recorder) Registry() *prometheus.Registry { return r.reg }
 
-// Handler serves the metrics in the Prometheus exposition formats.
+// Handler serves the metrics in the format the scraper's Accept header asks
+// for: the Prometheus text format (the default), the protobuf format, or
+// OpenMetrics text (without _created samples).
 func (r *Recorder) Handler() http.Handler {
-	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg})
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg, EnableOpenMetrics: true})
 }
 
 // Input counts an input by its type.

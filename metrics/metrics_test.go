@@ -240,3 +240,39 @@ func TestRecorderParked(t *testing.T) {
 	r.Parked("c", false) // never parked here
 	assert.Equal(t, 1.0, value(t, scrape(t, r), "seamguard_sessions_parked"))
 }
+
+// TestHandlerFormats: /metrics answers in the format the scraper's Accept
+// header asks for: Prometheus text by default, OpenMetrics text or protobuf
+// when asked.
+func TestHandlerFormats(t *testing.T) {
+	r := metrics.New()
+	r.Input(events.TypeTurnAppended)
+	get := func(accept string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		w := httptest.NewRecorder()
+		r.Handler().ServeHTTP(w, req)
+		require.Equal(t, 200, w.Code)
+		return w
+	}
+
+	w := get("")
+	assert.True(t, strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain"), w.Header().Get("Content-Type"))
+	assert.NotContains(t, w.Body.String(), "# EOF")
+
+	// What Prometheus sends when it prefers OpenMetrics.
+	w = get("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+	ct := w.Header().Get("Content-Type")
+	assert.True(t, strings.HasPrefix(ct, "application/openmetrics-text"), ct)
+	body := w.Body.String()
+	assert.True(t, strings.HasSuffix(body, "# EOF\n"), "an OpenMetrics exposition ends with # EOF")
+	assert.Contains(t, body, "# TYPE seamguard_events counter\n")
+	assert.Contains(t, body, `seamguard_events_total{type="turn.appended"} 1.0`+"\n")
+	assert.NotContains(t, body, "_created")
+
+	w = get("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited")
+	ct = w.Header().Get("Content-Type")
+	assert.True(t, strings.HasPrefix(ct, "application/vnd.google.protobuf"), ct)
+}

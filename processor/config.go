@@ -38,7 +38,7 @@ const (
 )
 
 // Config configures a Processor. Its zero value is a working single-server
-// setup with the names of CONTRACT.md: prefix "seamguard", streams
+// setup with the names of docs/contract.md: prefix "seamguard", streams
 // SEAMGUARD_EVENTS and SEAMGUARD_VERDICTS, bucket seamguard-sessions,
 // object store seamguard-spills and the partition leases' bucket
 // seamguard-leases. Call Validate to see every problem at once.

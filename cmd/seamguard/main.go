@@ -25,7 +25,7 @@ type command struct {
 var commands = map[string]command{
 	"bench":  {"measure seamguard against raw JetStream on the same server (--quick for a small run)", runBench},
 	"check":  {"decide a file of events offline, without a server", runCheck},
-	"demo":   {"play the seed story on an embedded server and show the verdicts", runDemo},
+	"demo":   {"play an example session on an embedded server and explain each verdict", runDemo},
 	"serve":  {"run the processor (on an embedded NATS server unless --nats-url)", runServe},
 	"spill":  {"spill get NAME [--only] [-o FILE]: read a spill and the chain before it back, verified", runSpill},
 	"watch":  {"follow verdicts as they are decided", runWatch},

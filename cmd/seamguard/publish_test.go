@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/internal/termtext"
 	"github.com/seamguard/seamguard/processor"
+	"github.com/seamguard/seamguard/spill"
 )
 
 // live is a real nats-server with `seamguard serve` running against it,
@@ -376,6 +378,7 @@ func TestPublishShippedIdentities(t *testing.T) {
 func TestDemoHint(t *testing.T) {
 	code, out, stderr := runCLI(t, "", "demo")
 	require.Equal(t, 0, code, stderr)
+	demoOut := out
 	_, hint, ok := strings.Cut(out, "the same against a live server, from the root of a clone of the repository:\n")
 	require.True(t, ok, out)
 	var cmds [][]string
@@ -430,6 +433,11 @@ func TestDemoHint(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "transcript.jsonl"))
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "Do not touch anything under /etc.")
+	// The demo's spill is this one, byte for byte.
+	digest, size, err := spill.Digest(bytes.NewReader(b))
+	require.NoError(t, err)
+	assert.Contains(t, demoOut, fmt.Sprintf("-> transcript.spilled  seamguard-spills/ops-agent-42/1.jsonl: 55 events, %d bytes, %s\n", size, digest),
+		"the demo's spill is the one publishing the story makes")
 	_, err = os.Stat(filepath.Join(root, "seamguard-data"))
 	assert.NoError(t, err, "serve keeps its data where the hint says")
 }

@@ -10,7 +10,7 @@
 // existing keys, pipelined compare-and-set updates, a pull consumer reading
 // the same events), and memory per session held; the cost
 // of one decision against the number of truncated ranges, and against a
-// straightforward port of the seed's reference check; and a spill against a
+// straightforward port of the classic check (internal/seedref); and a spill against a
 // raw object store put of the same bytes.
 //
 // Inputs are generated from fixed seeds, so every run measures the same

@@ -6,10 +6,10 @@ import (
 	"github.com/seamguard/seamguard/events"
 )
 
-// Check returns "" when the seed's reference check lets a compaction run,
-// and otherwise names the test that stops it. It keeps every prior
-// truncation and scans them all on every request. Offsets are signed, as in
-// the seed: the floor's start is tail_start minus the span and may go below
+// Check returns "" when the classic check lets a compaction run, and
+// otherwise names the test that stops it. It keeps every prior truncation
+// and scans them all on every request. Offsets are signed, as the check
+// has them: the floor's start is tail_start minus the span and may go below
 // zero.
 func Check(inputStart, tailStart, span int64, prior []events.Range, floorUnit, truncatorUnit events.Unit) string {
 	if floorUnit != truncatorUnit {

@@ -7,7 +7,7 @@ import (
 	"github.com/seamguard/seamguard/events"
 )
 
-// Evaluation is the outcome of the checks of CONTRACT.md section 5 for one
+// Evaluation is the outcome of the checks of docs/contract.md for one
 // compaction request against the ledger as it stands, before rules 2 to 5.
 type Evaluation struct {
 	Reasons []events.Reason // failed checks, sorted by code

@@ -10,10 +10,10 @@
 // The ledger tracks, in the session's unit, the received offsets, the truncated
 // ones (T), the committed summary coverage (K), the spilled ones (P), the
 // waived ones (W) and the pinned ones (N), as RangeSets. A compaction request
-// is checked as CONTRACT.md sections 5 and 8 say (see Evaluate) and decided
+// is checked as docs/contract.md says (see Evaluate) and decided
 // by rules 1 to 5.
 //
-// # Pinned turns (CONTRACT.md section 8)
+// # Pinned turns
 //
 // A turn appended with pinned true, and the received offsets of a
 // context.pinned range, join N; context.unpinned takes every offset of its
@@ -91,7 +91,7 @@
 // compaction.refused outputs carry it. A spill whose handle is larger than
 // MaxBytes, or whose result says OverQuota, is not recorded.
 //
-// # Limits (CONTRACT.md section 7)
+// # Limits
 //
 // Config.Limits bounds what one session's ledger holds; the zero value of
 // each field is its default, and Validate reports every problem at once:
@@ -169,7 +169,7 @@
 // and units); the ledger keeps the full sets, and inspect and replay
 // derive them.
 //
-// seamguard refuses every compaction the seed's reference check refuses,
+// seamguard refuses every compaction the classic check (internal/seedref) refuses,
 // except where that check's floor start (tail_start - span) is negative or
 // the span is 0: there it refuses compactions that lose nothing (the offsets
 // it names do not exist or sit in the verbatim tail), and the contract's

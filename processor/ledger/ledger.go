@@ -379,8 +379,9 @@ func reqHash(requestID string) uint64 { return idHash("\x00request", requestID) 
 
 func accepted(outs ...events.Output) Result { return Result{Outputs: outs, Accepted: true} }
 
-// authority checks that ev came where its type may come from (CONTRACT.md
-// section 7, Authority): a session.resumed only on the control subject,
+// authority checks that ev came where its type may come from
+// (docs/contract.md, Inputs; docs/security.md): a session.resumed only on
+// the control subject,
 // which deployments grant to operators alone, and nothing else there.
 func authority(ev *events.Event) *events.Error {
 	_, resumed := ev.Body.(*events.SessionResumed)
@@ -763,7 +764,7 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 		return accepted(l.allowedOutput(c, b, e, nil, nil, lim))
 	}
 	// Rules 3 to 5 are about the other checks alone: no spill or waiver
-	// cures pin_dropped (CONTRACT.md section 8).
+	// cures pin_dropped (docs/contract.md, The decision).
 	rest := pre.rest
 	if rest.IsEmpty() && !e.Dropped.IsEmpty() {
 		// Rule 2 or 3 would have allowed it: refused, with no spill.

@@ -29,8 +29,8 @@ const (
 	DefaultSpillQuota = 1 << 30
 )
 
-// Limits bound what one session's ledger may hold (CONTRACT.md section 7,
-// "Bounded state"). The zero value of each field means its default; Step
+// Limits bound what one session's ledger may hold (docs/contract.md,
+// "Bounds and failing closed"). The zero value of each field means its default; Step
 // uses what it is given, and Validate refuses what a deployment must not
 // run with.
 //

@@ -1,6 +1,6 @@
 /**
  * Building an input event as a CloudEvent on a session's events subject,
- * in binary or structured content mode (CONTRACT.md section 3). Not part
+ * in binary or structured content mode (docs/contract.md, The envelope). Not part
  * of the package's public API.
  *
  * @module

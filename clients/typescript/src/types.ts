@@ -1,6 +1,6 @@
 /**
  * The wire contract's values, as the client takes and returns them
- * (CONTRACT.md sections 4 to 8; events/types.go on the Go side). Field
+ * (docs/contract.md; events/types.go on the Go side). Field
  * names are camelCase here; on the wire they are snake_case.
  *
  * @module
@@ -54,8 +54,8 @@ export const VerdictTypes = {
 } as const;
 
 /**
- * Why a compaction was refused: a failed check (CONTRACT.md section 5 and
- * 8) or a rule-1 refusal. Codes a newer processor adds arrive as strings.
+ * Why a compaction was refused: a failed check (docs/contract.md, The
+ * decision) or a rule-1 refusal. Codes a newer processor adds arrive as strings.
  */
 export type ReasonCode =
   | "unit_mismatch"
@@ -73,7 +73,7 @@ export type ReasonCode =
   | (string & NonNullable<unknown>);
 
 /**
- * Why an event was rejected (CONTRACT.md sections 6 and 7). Codes a newer
+ * Why an event was rejected (docs/contract.md, Outputs). Codes a newer
  * processor adds arrive as strings.
  */
 export type RejectionCode =
@@ -121,7 +121,7 @@ export interface CompactionRequest {
   readonly threshold?: number;
   /**
    * Pinned turns the agent puts back into the new context verbatim,
-   * outside the summary (CONTRACT.md section 8).
+   * outside the summary.
    */
   readonly carriedPins?: readonly Range[];
 }
