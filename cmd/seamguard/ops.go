@@ -111,7 +111,11 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		args = args[1:]
 	case len(args) > 0 && isHelpFlag(args[0]):
 	default:
-		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE [--force]]", errUsage)
+		what := ""
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			what = fmt.Sprintf(" (spill has no subcommand %q%s)", args[0], didYouMean(suggest(args[0], []string{"get"}), func(s string) string { return "spill " + s }))
+		}
+		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE [--force]]%s", errUsage, what)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
