@@ -415,23 +415,31 @@ from then on), and the session's compactions are decided again.
 
 It also takes a parked session out of its park (one stuck past serve's
 --park-after on a failure retrying cannot fix): every input that waited in the
-events stream is applied, in order, before the resume.
+events stream is applied, in order, before the resume. A parked session is
+resumed whatever its state.
 
-It reads the session's state (bucket <prefix>-sessions) before publishing, and
-again until the processor has applied the resume; a rejection comes as a
-verdict on <prefix>.verdicts.<session>.rejected. The shipped operator identity
-may do all of it.
+Before it publishes, it reads the session's state (bucket <prefix>-sessions)
+once the processor has applied every input of the session the events stream
+holds (waiting up to --timeout): a session that is unknown, closed or not
+halted, and not parked, gets nothing published, and the exit status says why.
+It reads the state again until the processor has applied the resume; a
+rejection comes as a verdict on <prefix>.verdicts.<session>.rejected. The
+shipped operator identity may do all of it.
 
 exit status:
   0  the halt is lifted (the waived offsets are printed), or the session is out
      of its park
   1  failed: nothing was published, or its outcome is unknown (the message says)
   2  usage
-  3  the processor rejected the resume (unknown_session, session_closed, ...)
-  4  the session was neither halted nor parked: nothing to waive (the resume
-     changed nothing)
-  5  published, but the processor did not take it within --timeout (it will
-     when it runs)
+  3  the session is unknown or closed: nothing was published (or, if that
+     changed meanwhile, the processor rejected the resume: unknown_session,
+     session_closed, ...)
+  4  the session is neither halted nor parked: nothing to waive, nothing was
+     published
+  5  the processor did not answer within --timeout: either it has not applied
+     the session's inputs yet, so nothing was published, or the resume is
+     published and not taken yet (it will be when the processor runs); the
+     message says which
 
 flags:`
 
@@ -443,7 +451,7 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	note := fs.String("note", "", "why the unrecoverable offsets are accepted as lost (required; kept in the audit log)")
 	source := fs.String("source", "", "CloudEvents source of the resume (default urn:seamguard:operator:<user>@<host>)")
 	timeout := new(time.Duration)
-	fs.Var(durations(timeout, 30*time.Second, 100*time.Millisecond, 24*time.Hour), "timeout", "how long to wait for the processor to take the resume")
+	fs.Var(durations(timeout, 30*time.Second, 100*time.Millisecond, 24*time.Hour), "timeout", "how long to wait for the processor: to have applied the session's inputs before the resume is published, and to take the resume after")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, resumeUsage)
 		fs.PrintDefaults()
@@ -493,24 +501,20 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return fmt.Errorf("%w: %v", errUsage, err) // a --note or --source over its bound
 	}
 
-	// Whether it is parked: the resume then takes it out of its park.
-	var parked *processor.ParkRecord
-	if kv, err := js.KeyValue(ctx, cfg.Names().Sessions); err == nil {
-		if e, err := kv.Get(ctx, processor.ParkedKey(session)); err == nil {
-			var rec processor.ParkRecord
-			if json.Unmarshal(e.Value(), &rec) == nil {
-				parked = &rec
-			}
-		}
-	}
-
-	// What the session is before: halted, and on which offsets.
 	w := newWaiter(js, cf.nc, cfg, nil)
 	defer w.stop()
 	if err := w.begin(ctx); err != nil {
 		return err
 	}
-	before, _, err := w.state(ctx, session)
+	// Whether it is parked: the resume then takes it out of its park,
+	// whatever its state.
+	parked, err := parkRecord(ctx, w, session)
+	if err != nil {
+		return err
+	}
+	// What the session is before: halted, and on which offsets. Nothing is
+	// published to a session with no halt to lift.
+	before, err := resumable(ctx, w, js, cfg, session, parked != nil, *timeout)
 	if err != nil {
 		return err
 	}
@@ -581,4 +585,99 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return nil
 	}
 	return &exitError{exitNotHalted, fmt.Errorf("session %s was not halted: nothing to waive; the resume is recorded (sequence %d) and changed nothing", session, ack.Sequence)}
+}
+
+// parkRecord returns session's park record, or nil when it is not parked
+// (a record that does not parse is not one, as for the processor).
+func parkRecord(ctx context.Context, w *waiter, session string) (*processor.ParkRecord, error) {
+	e, err := w.kv.Get(ctx, processor.ParkedKey(session))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading whether session %s is parked (key %s of bucket %s): %w; nothing was published", session, processor.ParkedKey(session), w.cfg.Names().Sessions, err)
+	}
+	var rec processor.ParkRecord
+	if json.Unmarshal(e.Value(), &rec) != nil || rec.Session != session {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// resumable reads session's state, as the processor has stored it once it
+// has applied every input of the session the events stream holds now
+// (waiting for it up to timeout), and returns it if a resume has a halt to
+// lift. Otherwise nothing is to be published, and the error says why: the
+// session is unknown or closed (exitRejected), it is not halted
+// (exitNotHalted), or the processor has not caught up (exitNoAnswer). A
+// parked session is resumable whatever its state: the resume takes it out
+// of its park.
+func resumable(ctx context.Context, w *waiter, js jetstream.JetStream, cfg processor.Config, session string, parked bool, timeout time.Duration) (processor.State, error) {
+	if parked {
+		st, _, err := w.state(ctx, session)
+		return st, err
+	}
+	last, err := lastInput(ctx, js, cfg, session)
+	if err != nil {
+		return processor.State{}, err
+	}
+	deadline := time.Now().Add(timeout)
+	poll := pollFirst
+	for {
+		st, found, err := w.state(ctx, session)
+		if err != nil {
+			return st, err
+		}
+		if st.Seq >= last && !st.Ledger.Pending() {
+			v := st.Ledger.View()
+			switch {
+			case !found || v.Status == "new":
+				return st, &exitError{exitRejected, fmt.Errorf("session %s is unknown: the processor has applied no session.opened of it, so it has no halt to lift; nothing was published. Check the id: seamguard watch --all --session %s shows a session's verdicts", session, session)}
+			case v.Status == "closed":
+				return st, &exitError{exitRejected, fmt.Errorf("session %s is closed: a closed session has no halt to lift; nothing was published", session)}
+			case v.Status != "halted":
+				return st, &exitError{exitNotHalted, fmt.Errorf("session %s is not halted (it is %s, applied up to events sequence %d): nothing to waive; nothing was published", session, v.Status, st.Seq)}
+			}
+			return st, nil
+		}
+		if !time.Now().Before(deadline) {
+			return st, &exitError{exitNoAnswer, fmt.Errorf("nothing was published: the events stream holds inputs of session %s up to sequence %d, but the processor has applied them only up to %d and did not catch up within --timeout %s, so whether the session is halted is not known yet. Is seamguard serve running, with --prefix %s? Run resume again once it has caught up (seamguard inspect %s shows the session's state)",
+				session, last, st.Seq, timeout, cfg.Prefix, session)}
+		}
+		t := time.NewTimer(min(poll, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, fmt.Errorf("waiting for the processor to apply the inputs of session %s: %w; nothing was published", session, ctx.Err())
+		case <-t.C:
+		}
+		poll = min(2*poll, pollMax)
+	}
+}
+
+// lastInput returns the events stream sequence of session's last input
+// (on its events or its control subject), or 0 when the stream holds none.
+func lastInput(ctx context.Context, js jetstream.JetStream, cfg processor.Config, session string) (uint64, error) {
+	name := cfg.Names().Events
+	parts, err := processor.StreamPartitions(ctx, js, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
+	}
+	cfg.Partitions = parts
+	str, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
+	}
+	var last uint64
+	for _, subject := range cfg.Subjects().SessionFilters(session) {
+		m, err := str.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, fmt.Errorf("reading the last input of session %s on %s from stream %s: %w; nothing was published", session, subject, name, err)
+		default:
+			last = max(last, m.Sequence)
+		}
+	}
+	return last, nil
 }
