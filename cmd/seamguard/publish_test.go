@@ -189,7 +189,7 @@ func TestPublishBadLines(t *testing.T) {
 	var stdout, stderr strings.Builder
 	code = run(context.Background(), []string{"publish", "-", "--nats-url", l.url}, strings.NewReader(in.String()), &stdout, &stderr)
 	assert.Equal(t, 1, code)
-	assert.Regexp(t, `seamguard publish: stdin:3: data.offset: .*\(bad_data\); nothing from this line on was published \(--keep-going skips bad lines\)\n\(before that: published 2 event\(s\) of 1 session\(s\)\)`, stderr.String())
+	assert.Regexp(t, `seamguard publish: stdin:3: data.offset: .*\(bad_data\); nothing from this line on was published \(--keep-going skips bad lines\)\nbefore that, 2 event\(s\) of this run are in the events stream, up to and including stdin:2 \(published 2 event\(s\) of 1 session\(s\)\)\.`, stderr.String())
 	assert.Equal(t, uint64(2), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"))
 
 	code, _, errs, _ = l.cli(t, "publish", story, "--keep-going")
@@ -485,6 +485,47 @@ func TestResumeParked(t *testing.T) {
 	code, out, errs, _ = l.cli(t, "resume", "bloated", "--note", "again")
 	assert.Equal(t, exitNotHalted, code, errs)
 	assert.NotContains(t, out, "published")
+}
+
+// TestPublishStopsPartway: a run stopped by a line the events stream does
+// not store (another event is stored under its message id) says how many
+// of its events the stream holds by then, up to which FILE:LINE, and how to
+// go on; the same command again finds those events published before.
+func TestPublishStopsPartway(t *testing.T) {
+	srv := embedded.StartTest(t)
+	_, err := processor.New(context.Background(), srv.JS, processor.Config{})
+	require.NoError(t, err) // provisions the streams; publish needs no processor
+	url := srv.Server.ClientURL()
+	seed := readLines(t, filepath.Join(storiesDir, "seed-story.jsonl"))
+	clash := strings.Replace(seed[0], `"span":12`, `"span":13`, 1) // seed[0]'s source and id, other data
+	require.NotEqual(t, seed[0], clash)
+	a := writeStory(t, "a.jsonl", seed[:2])
+	b := writeStory(t, "b.jsonl", []string{seed[2], clash, seed[3]})
+
+	code, _, errs, _ := cliRun(t, "publish", a, b, "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, b+":2: session.opened ops-agent-42-0001 of source urn:agent:demo/worker-1 (session ops-agent-42) was not stored: stream SEAMGUARD_EVENTS holds another event under its message id")
+	assert.Contains(t, errs, "\nbefore that, 3 event(s) of this run are in the events stream, up to and including "+b+":1 (published 3 event(s) of 1 session(s)).")
+	assert.Contains(t, errs, "Run the same command again within the events stream's dedupe window: what is stored already is reported as published before, not added again (or go on from the line after "+b+":1)")
+	assert.NotContains(t, errs, "is not known")
+	assert.Equal(t, uint64(3), streamMsgCount(t, srv.JS, "SEAMGUARD_EVENTS"))
+
+	code, _, errs, _ = cliRun(t, "publish", a, b, "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "before that, 3 event(s) of this run are in the events stream, up to and including "+b+":1 (published 0 event(s) of 1 session(s); 3 more were in the events stream already")
+	assert.Equal(t, uint64(3), streamMsgCount(t, srv.JS, "SEAMGUARD_EVENTS"))
+
+	// The second file alone: its first line is stored (before).
+	code, _, errs, _ = cliRun(t, "publish", b, "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "before that, 1 event(s) of this run are in the events stream, up to and including "+b+":1 (published 0 event(s)")
+
+	// Stopped at its first line: nothing of the run is stored, and the
+	// message says no more than what failed.
+	code, _, errs, _ = cliRun(t, "publish", writeStory(t, "c.jsonl", []string{clash}), "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "was not stored")
+	assert.NotContains(t, errs, "before that")
 }
 
 // TestPublishShippedIdentities publishes as the shipped agent identity: its
