@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,7 +95,7 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
-	out := fs.String("o", "", "write the transcript to `FILE` (default: standard output); an existing FILE needs --force")
+	out := fs.String("o", "", "write the transcript to `FILE` (default: standard output); an existing FILE is left as it is if it holds exactly this transcript, and needs --force otherwise")
 	force := fs.Bool("force", false, "with -o: replace FILE if it exists, atomically (a symbolic link is replaced, not followed)")
 	only := fs.Bool("only", false, "read the spill NAME alone: only the events after its previous spill")
 	fs.Usage = func() {
@@ -102,7 +104,8 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "A spill holds only the events after the session's previous spill, so by default the")
 		fmt.Fprintln(stderr, "whole chain is read, oldest spill first, each verified: the session's accepted events")
 		fmt.Fprintln(stderr, "from its first to NAME's last_seq, one JSON line each. --only reads NAME alone.")
-		fmt.Fprintln(stderr, "With -o the transcript goes to a new file, written whole or not at all.")
+		fmt.Fprintln(stderr, "With -o the transcript goes to a new file, written whole or not at all; a file that")
+		fmt.Fprintln(stderr, "holds exactly this transcript already is left as it is, so the command can be run again.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -179,8 +182,12 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if err := tmp.Close(); err != nil {
 			return fmt.Errorf("cannot write -o %s: %w", *out, err)
 		}
-		if err := placeOutput(tmp.Name(), *out, *force); err != nil {
+		kept, err := placeOutput(tmp.Name(), *out, *force)
+		if err != nil {
 			return err
+		}
+		if kept {
+			report += fmt.Sprintf("; %s holds exactly this transcript already: left as it is", *out)
 		}
 	}
 	fmt.Fprintln(stderr, termtext.Escape(report))
@@ -196,9 +203,11 @@ func isHelpFlag(arg string) bool {
 	return false
 }
 
-// checkOutput is the usage error for an output file that exists (a file,
-// a symbolic link, dangling or not, or anything else) unless force; a
-// directory is never replaced.
+// checkOutput is the usage error, before the spill is read, for an output
+// name that is a directory (never replaced), or, unless force, that is
+// anything but a regular file: a symbolic link, dangling or not, or any
+// other kind of file. A regular file that exists is compared with the
+// transcript once it is read (placeOutput).
 func checkOutput(name string, force bool) error {
 	st, err := os.Lstat(name)
 	switch {
@@ -208,8 +217,8 @@ func checkOutput(name string, force bool) error {
 		return fmt.Errorf("cannot write -o %s: %w", name, err)
 	case st.IsDir():
 		return fmt.Errorf("%w: -o %s is a directory; name a file in it", errUsage, name)
-	case !force:
-		what := "the file"
+	case !force && !st.Mode().IsRegular():
+		what := "a file that is not a regular file"
 		if st.Mode()&os.ModeSymlink != 0 {
 			what = "the symbolic link"
 		}
@@ -221,30 +230,92 @@ func checkOutput(name string, force bool) error {
 // placeOutput moves the finished temporary file tmp (in name's directory)
 // to name. With force it replaces whatever name is, in one rename: a
 // symbolic link itself, not what it points to. Without it, a hard link
-// puts it there only if name still does not exist, so that a file made
-// there while the transcript was being read is not lost either.
-func placeOutput(tmp, name string, force bool) error {
+// puts it there only if name does not exist; a regular file there that
+// holds exactly the bytes of tmp is left as it is (kept: the same
+// transcript, got again), and anything else is not replaced.
+func placeOutput(tmp, name string, force bool) (kept bool, err error) {
 	if force {
 		if err := os.Rename(tmp, name); err != nil {
-			return fmt.Errorf("cannot write -o %s: %w", name, err)
+			return false, fmt.Errorf("cannot write -o %s: %w", name, err)
 		}
-		return nil
+		return false, nil
 	}
-	err := os.Link(tmp, name)
+	err = os.Link(tmp, name)
 	switch {
 	case err == nil:
-		return nil
+		return false, nil
 	case errors.Is(err, os.ErrExist):
-		return fmt.Errorf("%w: -o %s: it was created while the spill was being read; give --force to replace it", errUsage, name)
+		return keepSame(tmp, name)
 	}
 	// A file system without hard links: check, then rename.
-	if err := checkOutput(name, false); err != nil {
-		return err
+	if _, err := os.Lstat(name); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return keepSame(tmp, name)
 	}
 	if err := os.Rename(tmp, name); err != nil {
-		return fmt.Errorf("cannot write -o %s: %w", name, err)
+		return false, fmt.Errorf("cannot write -o %s: %w", name, err)
 	}
-	return nil
+	return false, nil
+}
+
+// keepSame reports whether name, which exists, is a regular file that holds
+// exactly the bytes of tmp; if it is not, the error is the usage error
+// that says so.
+func keepSame(tmp, name string) (bool, error) {
+	if err := checkOutput(name, false); err != nil {
+		return false, err
+	}
+	same, err := sameBytes(tmp, name)
+	if err != nil {
+		return false, fmt.Errorf("cannot compare -o %s with the transcript: %w; give --force to replace it (or -o another name)", name, err)
+	}
+	if !same {
+		return false, fmt.Errorf("%w: -o %s: the file exists and holds something other than this transcript; give --force to replace it (or -o another name)", errUsage, name)
+	}
+	return true, nil
+}
+
+// sameBytes reports whether the files a and b hold the same bytes.
+func sameBytes(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	sa, err := fa.Stat()
+	if err != nil {
+		return false, err
+	}
+	sb, err := fb.Stat()
+	if err != nil {
+		return false, err
+	}
+	if !sb.Mode().IsRegular() || sa.Size() != sb.Size() {
+		return false, nil
+	}
+	ra, rb := bufio.NewReaderSize(fa, 64<<10), bufio.NewReaderSize(fb, 64<<10)
+	bufA, bufB := make([]byte, 32<<10), make([]byte, 32<<10)
+	for {
+		na, errA := io.ReadFull(ra, bufA)
+		nb, errB := io.ReadFull(rb, bufB)
+		if !bytes.Equal(bufA[:na], bufB[:nb]) {
+			return false, nil
+		}
+		endA := errors.Is(errA, io.EOF) || errors.Is(errA, io.ErrUnexpectedEOF)
+		endB := errors.Is(errB, io.EOF) || errors.Is(errB, io.ErrUnexpectedEOF)
+		switch {
+		case errA != nil && !endA:
+			return false, errA
+		case errB != nil && !endB:
+			return false, errB
+		case endA || endB:
+			return endA && endB, nil
+		}
+	}
 }
 
 func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
