@@ -93,7 +93,8 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // arguments ("check FILE --spill-dir D" works as well as the usual order).
 // Asked for help (-h, --help), it prints fs.Usage to standard output (see
 // diagnostics) and returns errHelp; a bad flag is a usage error, whose
-// message names the flag (run prints it, and how to get the help).
+// message names the flag (run prints it, and how to get the help), and,
+// for a flag fs does not define, the closest one it does (suggest).
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	usage, out := fs.Usage, fs.Output()
 	if usage == nil {
@@ -115,7 +116,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 				printHelp(out, fs.Usage)
 				return nil, errHelp
 			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: %v%s", errUsage, err, flagSuggestion(fs, err))
 		}
 		args = fs.Args()
 		if len(args) == 0 {

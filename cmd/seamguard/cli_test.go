@@ -292,9 +292,11 @@ func TestVersionText(t *testing.T) {
 	}
 }
 
-// TestSpillGetOutputFile: spill get -o refuses an existing file or
-// symbolic link (without following it) unless --force, which replaces it
-// atomically: the link itself, never what it points to.
+// TestSpillGetOutputFile: spill get -o leaves a file that holds exactly
+// the transcript as it is (the command can be run again), and refuses any
+// other existing file or symbolic link (without following it) unless
+// --force, which replaces it atomically: the link itself, never what it
+// points to.
 func TestSpillGetOutputFile(t *testing.T) {
 	srv, _, _, lines := spillChain(t)
 	url := srv.Server.ClientURL()
@@ -329,9 +331,23 @@ func TestSpillGetOutputFile(t *testing.T) {
 	nowhere := filepath.Join(dir, "nowhere")
 	require.NoError(t, os.Symlink(nowhere, dangling))
 
+	// The same command again: the file holds exactly this transcript, and
+	// is left as it is.
+	before, err := os.Stat(fresh)
+	require.NoError(t, err)
+	code, errs = get(fresh)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "verified s/2.jsonl and its chain")
+	assert.Contains(t, errs, fresh+" holds exactly this transcript already: left as it is")
+	after, err := os.Stat(fresh)
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(before, after), "the file itself is kept")
+	isChain(fresh)
+
+	// A file that holds anything else is refused once the transcript is
+	// read; a symbolic link or a directory at once.
 	for _, tc := range []struct{ name, want string }{
-		{existing, "-o " + existing + ": the file exists; give --force to replace it"},
-		{fresh, "-o " + fresh + ": the file exists; give --force to replace it"},
+		{existing, "-o " + existing + ": the file exists and holds something other than this transcript; give --force to replace it"},
 		{link, "-o " + link + ": the symbolic link exists; give --force to replace it"},
 		{dangling, "-o " + dangling + ": the symbolic link exists; give --force to replace it"},
 		{dir, "-o " + dir + " is a directory"},
@@ -339,14 +355,14 @@ func TestSpillGetOutputFile(t *testing.T) {
 		code, errs := get(tc.name)
 		assert.Equal(t, 2, code, errs)
 		assert.Contains(t, errs, tc.want)
-		assert.NotContains(t, errs, "verified", "refused before reading")
+		assert.NotContains(t, errs, "verified")
 	}
 	code, errs = get(dir, "--force")
 	assert.Equal(t, 2, code, errs)
 	assert.Contains(t, errs, "is a directory")
 	assert.Equal(t, "keep me\n", read(existing))
 	assert.Equal(t, "the link's target\n", read(target))
-	_, err := os.Lstat(nowhere)
+	_, err = os.Lstat(nowhere)
 	assert.True(t, errors.Is(err, os.ErrNotExist), "a dangling link is not followed")
 
 	for _, name := range []string{existing, link, dangling} {
@@ -374,22 +390,66 @@ func TestSpillGetOutputFile(t *testing.T) {
 	assert.Equal(t, []string{"dangling.jsonl", "existing.jsonl", "fresh.jsonl", "link.jsonl", "target"}, names)
 }
 
-// TestPlaceOutput: a file made at -o's name while the spill was being read
-// is not replaced without --force.
+// TestPlaceOutput: a file at -o's name (made while the spill was being
+// read, say) is not replaced without --force; one that holds exactly the
+// transcript is left as it is.
 func TestPlaceOutput(t *testing.T) {
 	dir := t.TempDir()
 	tmp, name := filepath.Join(dir, ".spill-1"), filepath.Join(dir, "out.jsonl")
 	require.NoError(t, os.WriteFile(tmp, []byte("transcript\n"), 0o600))
-	require.NoError(t, os.WriteFile(name, []byte("made meanwhile\n"), 0o644))
-	err := placeOutput(tmp, name, false)
-	require.ErrorIs(t, err, errUsage)
-	assert.Contains(t, err.Error(), "-o "+name+": it was created while the spill was being read; give --force to replace it")
-	b, _ := os.ReadFile(name)
-	assert.Equal(t, "made meanwhile\n", string(b))
+	for _, other := range []string{"made meanwhile\n", "transcript\nand more\n", "transcrip\n", ""} {
+		require.NoError(t, os.WriteFile(name, []byte(other), 0o644))
+		kept, err := placeOutput(tmp, name, false)
+		require.ErrorIs(t, err, errUsage, "%q", other)
+		assert.False(t, kept)
+		assert.Contains(t, err.Error(), "-o "+name+": the file exists and holds something other than this transcript; give --force to replace it")
+		b, _ := os.ReadFile(name)
+		assert.Equal(t, other, string(b))
+	}
 
-	require.NoError(t, placeOutput(tmp, name, true))
-	b, _ = os.ReadFile(name)
+	require.NoError(t, os.WriteFile(name, []byte("transcript\n"), 0o644))
+	kept, err := placeOutput(tmp, name, false)
+	require.NoError(t, err)
+	assert.True(t, kept)
+
+	require.NoError(t, os.WriteFile(name, []byte("made meanwhile\n"), 0o644))
+	kept, err = placeOutput(tmp, name, true)
+	require.NoError(t, err)
+	assert.False(t, kept)
+	b, _ := os.ReadFile(name)
 	assert.Equal(t, "transcript\n", string(b))
+}
+
+// TestSameBytes compares files across the reads' buffer boundary.
+func TestSameBytes(t *testing.T) {
+	dir := t.TempDir()
+	big := []byte(strings.Repeat("0123456789abcdef", 10_000)) // several 32 KiB reads
+	write := func(name string, b []byte) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		return path
+	}
+	a := write("a", big)
+	changed := append([]byte(nil), big...)
+	changed[len(changed)-1] = 'X'
+	for _, tc := range []struct {
+		b    []byte
+		same bool
+	}{
+		{big, true},
+		{changed, false},
+		{big[:len(big)-1], false},
+		{append(append([]byte(nil), big...), '\n'), false},
+		{nil, false},
+	} {
+		same, err := sameBytes(a, write("b", tc.b))
+		require.NoError(t, err)
+		assert.Equal(t, tc.same, same, "%d bytes", len(tc.b))
+	}
+	empty := write("empty", nil)
+	same, err := sameBytes(empty, write("b", nil))
+	require.NoError(t, err)
+	assert.True(t, same)
 }
 
 // TestDiagnosticsIsTerminal: a command's standard error is a terminal when

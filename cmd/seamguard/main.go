@@ -80,14 +80,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 2
 		}
 		if _, ok := commands[args[1]]; !ok {
-			fmt.Fprintf(stderr, "seamguard help: usage: no command \"%s\"; the commands are %s\n", termtext.Escape(args[1]), strings.Join(commandNames(), ", "))
+			list := "; the commands are "
+			if sug := commandSuggestion(args[1]); sug != "" {
+				list = sug + " The commands are "
+			}
+			fmt.Fprintf(stderr, "seamguard help: usage: no command \"%s\"%s%s\n", termtext.Escape(args[1]), list, strings.Join(commandNames(), ", "))
 			return 2
 		}
 		name, args = args[1], []string{args[1], "--help"}
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "seamguard: unknown command %q\n\n", name)
+		fmt.Fprintf(stderr, "seamguard: unknown command %q%s\n\n", name, commandSuggestion(name))
 		usage(stderr)
 		return 2
 	}
@@ -134,6 +138,12 @@ func printHelp(w io.Writer, usage func()) {
 		defer func() { d.help = false }()
 	}
 	usage()
+}
+
+// commandSuggestion is "; did you mean serve?" for a mistyped command
+// name, or "" when no command is close to it.
+func commandSuggestion(typed string) string {
+	return didYouMean(suggest(typed, commandNames()), func(s string) string { return s })
 }
 
 // commandNames lists the commands, sorted.

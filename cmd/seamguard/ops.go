@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,7 +95,7 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
-	out := fs.String("o", "", "write the transcript to `FILE` (default: standard output); an existing FILE needs --force")
+	out := fs.String("o", "", "write the transcript to `FILE` (default: standard output); an existing FILE is left as it is if it holds exactly this transcript, and needs --force otherwise")
 	force := fs.Bool("force", false, "with -o: replace FILE if it exists, atomically (a symbolic link is replaced, not followed)")
 	only := fs.Bool("only", false, "read the spill NAME alone: only the events after its previous spill")
 	fs.Usage = func() {
@@ -102,7 +104,8 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "A spill holds only the events after the session's previous spill, so by default the")
 		fmt.Fprintln(stderr, "whole chain is read, oldest spill first, each verified: the session's accepted events")
 		fmt.Fprintln(stderr, "from its first to NAME's last_seq, one JSON line each. --only reads NAME alone.")
-		fmt.Fprintln(stderr, "With -o the transcript goes to a new file, written whole or not at all.")
+		fmt.Fprintln(stderr, "With -o the transcript goes to a new file, written whole or not at all; a file that")
+		fmt.Fprintln(stderr, "holds exactly this transcript already is left as it is, so the command can be run again.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -111,7 +114,11 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		args = args[1:]
 	case len(args) > 0 && isHelpFlag(args[0]):
 	default:
-		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE [--force]]", errUsage)
+		what := ""
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			what = fmt.Sprintf(" (spill has no subcommand %q%s)", args[0], didYouMean(suggest(args[0], []string{"get"}), func(s string) string { return "spill " + s }))
+		}
+		return fmt.Errorf("%w: use: seamguard spill get NAME [--only] [-o FILE [--force]]%s", errUsage, what)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -175,8 +182,12 @@ func runSpill(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if err := tmp.Close(); err != nil {
 			return fmt.Errorf("cannot write -o %s: %w", *out, err)
 		}
-		if err := placeOutput(tmp.Name(), *out, *force); err != nil {
+		kept, err := placeOutput(tmp.Name(), *out, *force)
+		if err != nil {
 			return err
+		}
+		if kept {
+			report += fmt.Sprintf("; %s holds exactly this transcript already: left as it is", *out)
 		}
 	}
 	fmt.Fprintln(stderr, termtext.Escape(report))
@@ -192,9 +203,11 @@ func isHelpFlag(arg string) bool {
 	return false
 }
 
-// checkOutput is the usage error for an output file that exists (a file,
-// a symbolic link, dangling or not, or anything else) unless force; a
-// directory is never replaced.
+// checkOutput is the usage error, before the spill is read, for an output
+// name that is a directory (never replaced), or, unless force, that is
+// anything but a regular file: a symbolic link, dangling or not, or any
+// other kind of file. A regular file that exists is compared with the
+// transcript once it is read (placeOutput).
 func checkOutput(name string, force bool) error {
 	st, err := os.Lstat(name)
 	switch {
@@ -204,8 +217,8 @@ func checkOutput(name string, force bool) error {
 		return fmt.Errorf("cannot write -o %s: %w", name, err)
 	case st.IsDir():
 		return fmt.Errorf("%w: -o %s is a directory; name a file in it", errUsage, name)
-	case !force:
-		what := "the file"
+	case !force && !st.Mode().IsRegular():
+		what := "a file that is not a regular file"
 		if st.Mode()&os.ModeSymlink != 0 {
 			what = "the symbolic link"
 		}
@@ -217,30 +230,92 @@ func checkOutput(name string, force bool) error {
 // placeOutput moves the finished temporary file tmp (in name's directory)
 // to name. With force it replaces whatever name is, in one rename: a
 // symbolic link itself, not what it points to. Without it, a hard link
-// puts it there only if name still does not exist, so that a file made
-// there while the transcript was being read is not lost either.
-func placeOutput(tmp, name string, force bool) error {
+// puts it there only if name does not exist; a regular file there that
+// holds exactly the bytes of tmp is left as it is (kept: the same
+// transcript, got again), and anything else is not replaced.
+func placeOutput(tmp, name string, force bool) (kept bool, err error) {
 	if force {
 		if err := os.Rename(tmp, name); err != nil {
-			return fmt.Errorf("cannot write -o %s: %w", name, err)
+			return false, fmt.Errorf("cannot write -o %s: %w", name, err)
 		}
-		return nil
+		return false, nil
 	}
-	err := os.Link(tmp, name)
+	err = os.Link(tmp, name)
 	switch {
 	case err == nil:
-		return nil
+		return false, nil
 	case errors.Is(err, os.ErrExist):
-		return fmt.Errorf("%w: -o %s: it was created while the spill was being read; give --force to replace it", errUsage, name)
+		return keepSame(tmp, name)
 	}
 	// A file system without hard links: check, then rename.
-	if err := checkOutput(name, false); err != nil {
-		return err
+	if _, err := os.Lstat(name); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return keepSame(tmp, name)
 	}
 	if err := os.Rename(tmp, name); err != nil {
-		return fmt.Errorf("cannot write -o %s: %w", name, err)
+		return false, fmt.Errorf("cannot write -o %s: %w", name, err)
 	}
-	return nil
+	return false, nil
+}
+
+// keepSame reports whether name, which exists, is a regular file that holds
+// exactly the bytes of tmp; if it is not, the error is the usage error
+// that says so.
+func keepSame(tmp, name string) (bool, error) {
+	if err := checkOutput(name, false); err != nil {
+		return false, err
+	}
+	same, err := sameBytes(tmp, name)
+	if err != nil {
+		return false, fmt.Errorf("cannot compare -o %s with the transcript: %w; give --force to replace it (or -o another name)", name, err)
+	}
+	if !same {
+		return false, fmt.Errorf("%w: -o %s: the file exists and holds something other than this transcript; give --force to replace it (or -o another name)", errUsage, name)
+	}
+	return true, nil
+}
+
+// sameBytes reports whether the files a and b hold the same bytes.
+func sameBytes(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	sa, err := fa.Stat()
+	if err != nil {
+		return false, err
+	}
+	sb, err := fb.Stat()
+	if err != nil {
+		return false, err
+	}
+	if !sb.Mode().IsRegular() || sa.Size() != sb.Size() {
+		return false, nil
+	}
+	ra, rb := bufio.NewReaderSize(fa, 64<<10), bufio.NewReaderSize(fb, 64<<10)
+	bufA, bufB := make([]byte, 32<<10), make([]byte, 32<<10)
+	for {
+		na, errA := io.ReadFull(ra, bufA)
+		nb, errB := io.ReadFull(rb, bufB)
+		if !bytes.Equal(bufA[:na], bufB[:nb]) {
+			return false, nil
+		}
+		endA := errors.Is(errA, io.EOF) || errors.Is(errA, io.ErrUnexpectedEOF)
+		endB := errors.Is(errB, io.EOF) || errors.Is(errB, io.ErrUnexpectedEOF)
+		switch {
+		case errA != nil && !endA:
+			return false, errA
+		case errB != nil && !endB:
+			return false, errB
+		case endA || endB:
+			return endA && endB, nil
+		}
+	}
 }
 
 func runWatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (rerr error) {
@@ -411,23 +486,31 @@ from then on), and the session's compactions are decided again.
 
 It also takes a parked session out of its park (one stuck past serve's
 --park-after on a failure retrying cannot fix): every input that waited in the
-events stream is applied, in order, before the resume.
+events stream is applied, in order, before the resume. A parked session is
+resumed whatever its state.
 
-It reads the session's state (bucket <prefix>-sessions) before publishing, and
-again until the processor has applied the resume; a rejection comes as a
-verdict on <prefix>.verdicts.<session>.rejected. The shipped operator identity
-may do all of it.
+Before it publishes, it reads the session's state (bucket <prefix>-sessions)
+once the processor has applied every input of the session the events stream
+holds (waiting up to --timeout): a session that is unknown, closed or not
+halted, and not parked, gets nothing published, and the exit status says why.
+It reads the state again until the processor has applied the resume; a
+rejection comes as a verdict on <prefix>.verdicts.<session>.rejected. The
+shipped operator identity may do all of it.
 
 exit status:
   0  the halt is lifted (the waived offsets are printed), or the session is out
      of its park
   1  failed: nothing was published, or its outcome is unknown (the message says)
   2  usage
-  3  the processor rejected the resume (unknown_session, session_closed, ...)
-  4  the session was neither halted nor parked: nothing to waive (the resume
-     changed nothing)
-  5  published, but the processor did not take it within --timeout (it will
-     when it runs)
+  3  the session is unknown or closed: nothing was published (or, if that
+     changed meanwhile, the processor rejected the resume: unknown_session,
+     session_closed, ...)
+  4  the session is neither halted nor parked: nothing to waive, nothing was
+     published
+  5  the processor did not answer within --timeout: either it has not applied
+     the session's inputs yet, so nothing was published, or the resume is
+     published and not taken yet (it will be when the processor runs); the
+     message says which
 
 flags:`
 
@@ -439,7 +522,7 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	note := fs.String("note", "", "why the unrecoverable offsets are accepted as lost (required; kept in the audit log)")
 	source := fs.String("source", "", "CloudEvents source of the resume (default urn:seamguard:operator:<user>@<host>)")
 	timeout := new(time.Duration)
-	fs.Var(durations(timeout, 30*time.Second, 100*time.Millisecond, 24*time.Hour), "timeout", "how long to wait for the processor to take the resume")
+	fs.Var(durations(timeout, 30*time.Second, 100*time.Millisecond, 24*time.Hour), "timeout", "how long to wait for the processor: to have applied the session's inputs before the resume is published, and to take the resume after")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, resumeUsage)
 		fs.PrintDefaults()
@@ -489,24 +572,20 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return fmt.Errorf("%w: %v", errUsage, err) // a --note or --source over its bound
 	}
 
-	// Whether it is parked: the resume then takes it out of its park.
-	var parked *processor.ParkRecord
-	if kv, err := js.KeyValue(ctx, cfg.Names().Sessions); err == nil {
-		if e, err := kv.Get(ctx, processor.ParkedKey(session)); err == nil {
-			var rec processor.ParkRecord
-			if json.Unmarshal(e.Value(), &rec) == nil {
-				parked = &rec
-			}
-		}
-	}
-
-	// What the session is before: halted, and on which offsets.
 	w := newWaiter(js, cf.nc, cfg, nil)
 	defer w.stop()
 	if err := w.begin(ctx); err != nil {
 		return err
 	}
-	before, _, err := w.state(ctx, session)
+	// Whether it is parked: the resume then takes it out of its park,
+	// whatever its state.
+	parked, err := parkRecord(ctx, w, session)
+	if err != nil {
+		return err
+	}
+	// What the session is before: halted, and on which offsets. Nothing is
+	// published to a session with no halt to lift.
+	before, err := resumable(ctx, w, js, cfg, session, parked != nil, *timeout)
 	if err != nil {
 		return err
 	}
@@ -577,4 +656,99 @@ func runResume(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return nil
 	}
 	return &exitError{exitNotHalted, fmt.Errorf("session %s was not halted: nothing to waive; the resume is recorded (sequence %d) and changed nothing", session, ack.Sequence)}
+}
+
+// parkRecord returns session's park record, or nil when it is not parked
+// (a record that does not parse is not one, as for the processor).
+func parkRecord(ctx context.Context, w *waiter, session string) (*processor.ParkRecord, error) {
+	e, err := w.kv.Get(ctx, processor.ParkedKey(session))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading whether session %s is parked (key %s of bucket %s): %w; nothing was published", session, processor.ParkedKey(session), w.cfg.Names().Sessions, err)
+	}
+	var rec processor.ParkRecord
+	if json.Unmarshal(e.Value(), &rec) != nil || rec.Session != session {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// resumable reads session's state, as the processor has stored it once it
+// has applied every input of the session the events stream holds now
+// (waiting for it up to timeout), and returns it if a resume has a halt to
+// lift. Otherwise nothing is to be published, and the error says why: the
+// session is unknown or closed (exitRejected), it is not halted
+// (exitNotHalted), or the processor has not caught up (exitNoAnswer). A
+// parked session is resumable whatever its state: the resume takes it out
+// of its park.
+func resumable(ctx context.Context, w *waiter, js jetstream.JetStream, cfg processor.Config, session string, parked bool, timeout time.Duration) (processor.State, error) {
+	if parked {
+		st, _, err := w.state(ctx, session)
+		return st, err
+	}
+	last, err := lastInput(ctx, js, cfg, session)
+	if err != nil {
+		return processor.State{}, err
+	}
+	deadline := time.Now().Add(timeout)
+	poll := pollFirst
+	for {
+		st, found, err := w.state(ctx, session)
+		if err != nil {
+			return st, err
+		}
+		if st.Seq >= last && !st.Ledger.Pending() {
+			v := st.Ledger.View()
+			switch {
+			case !found || v.Status == "new":
+				return st, &exitError{exitRejected, fmt.Errorf("session %s is unknown: the processor has applied no session.opened of it, so it has no halt to lift; nothing was published. Check the id: seamguard watch --all --session %s shows a session's verdicts", session, session)}
+			case v.Status == "closed":
+				return st, &exitError{exitRejected, fmt.Errorf("session %s is closed: a closed session has no halt to lift; nothing was published", session)}
+			case v.Status != "halted":
+				return st, &exitError{exitNotHalted, fmt.Errorf("session %s is not halted (it is %s, applied up to events sequence %d): nothing to waive; nothing was published", session, v.Status, st.Seq)}
+			}
+			return st, nil
+		}
+		if !time.Now().Before(deadline) {
+			return st, &exitError{exitNoAnswer, fmt.Errorf("nothing was published: the events stream holds inputs of session %s up to sequence %d, but the processor has applied them only up to %d and did not catch up within --timeout %s, so whether the session is halted is not known yet. Is seamguard serve running, with --prefix %s? Run resume again once it has caught up (seamguard inspect %s shows the session's state)",
+				session, last, st.Seq, timeout, cfg.Prefix, session)}
+		}
+		t := time.NewTimer(min(poll, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, fmt.Errorf("waiting for the processor to apply the inputs of session %s: %w; nothing was published", session, ctx.Err())
+		case <-t.C:
+		}
+		poll = min(2*poll, pollMax)
+	}
+}
+
+// lastInput returns the events stream sequence of session's last input
+// (on its events or its control subject), or 0 when the stream holds none.
+func lastInput(ctx context.Context, js jetstream.JetStream, cfg processor.Config, session string) (uint64, error) {
+	name := cfg.Names().Events
+	parts, err := processor.StreamPartitions(ctx, js, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
+	}
+	cfg.Partitions = parts
+	str, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
+	}
+	var last uint64
+	for _, subject := range cfg.Subjects().SessionFilters(session) {
+		m, err := str.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, fmt.Errorf("reading the last input of session %s on %s from stream %s: %w; nothing was published", session, subject, name, err)
+		default:
+			last = max(last, m.Sequence)
+		}
+	}
+	return last, nil
 }

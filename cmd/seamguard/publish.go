@@ -78,6 +78,9 @@ error, and the run stops with exit status 1. The files are
 checked before anything is published: bad lines stop the run, each named as
 FILE:LINE with the field and what to fix (--keep-going publishes the other
 lines instead). Standard input is checked line by line, as it is published.
+A run stopped by a failure says how many of its events the events stream holds,
+up to which FILE:LINE, and whether the line that failed may be stored too;
+the same command run again within the dedupe window adds only what is missing.
 
 With --wait, it prints each verdict on the events it published as it comes (one
 line each, after the FILE:LINE it answers: compaction verdicts, spills, halts,
@@ -90,7 +93,8 @@ identity allowed both (or split it); a refused publish names its line.
 
 exit status:
   0  every event published (with --wait: and handled, none rejected)
-  1  a bad line, or a publish that failed or was refused: the message names the line
+  1  a bad line, or a publish that failed or was refused: the message names the
+     line, and the last line stored before it
   2  usage
   3  with --wait: the processor rejected some of the events (each is printed)
   5  with --wait: published, but the processor did not answer within --timeout
@@ -153,10 +157,7 @@ func runPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	for _, name := range pos {
 		if err := p.path(ctx, name, stdin); err != nil {
-			if p.published+p.duplicates > 0 {
-				err = fmt.Errorf("%w\n(before that: %s)", err, p.summary())
-			}
-			return err
+			return p.stoppedAt(err)
 		}
 	}
 	fmt.Fprintf(stderr, "seamguard publish: %s\n", p.summary())
@@ -211,6 +212,8 @@ type publisher struct {
 	w         *waiter // nil without --wait
 
 	published, duplicates int
+	lastStored            string // FILE:LINE of the last event the stream holds now
+	unsure                string // FILE:LINE of an event whose publish got no answer
 	sessions              map[string]bool
 	bad                   []*badLine // found by checkFiles
 	skipped               []string   // FILE:LINE of the bad lines skipped
@@ -222,6 +225,34 @@ func (p *publisher) summary() string {
 		s += fmt.Sprintf("; %d more were in the events stream already (published before, within its dedupe window): not added, not decided again", p.duplicates)
 	}
 	return s
+}
+
+// stoppedAt is err, which stopped the run, with what the events stream
+// holds of the run by then: how many events, up to which line, and
+// whether the line that failed may be stored too, so that the user knows
+// where to go on from.
+func (p *publisher) stoppedAt(err error) error {
+	stored := p.published + p.duplicates
+	var b strings.Builder
+	if stored > 0 {
+		fmt.Fprintf(&b, "\nbefore that, %d event(s) of this run are in the events stream, up to and including %s (%s)", stored, p.lastStored, p.summary())
+	}
+	if p.unsure != "" {
+		if stored > 0 {
+			b.WriteString("; ")
+		} else {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "whether %s itself is stored is not known: its publish got no answer", p.unsure)
+	}
+	if b.Len() == 0 {
+		return err
+	}
+	b.WriteString(". Run the same command again within the events stream's dedupe window: what is stored already is reported as published before, not added again")
+	if stored > 0 {
+		fmt.Fprintf(&b, " (or go on from the line after %s)", p.lastStored)
+	}
+	return fmt.Errorf("%w%s", err, b.String())
 }
 
 // badLine is a line that cannot be published as it stands.
@@ -401,6 +432,9 @@ func (p *publisher) event(ctx context.Context, where string, line []byte) error 
 		if len(p.denied.recorded(refused)) > 0 {
 			return fmt.Errorf("%s: publishing %s %s on %s was refused: %w", where, termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), m.Subject, p.denied.explain(err, refused))
 		}
+		if !surelyNotStored(err) {
+			p.unsure = where
+		}
 		return fmt.Errorf("%s: publishing %s %s on %s: %w", where, termtext.Escape(shortType(ev.Type)), termtext.Escape(ev.ID), m.Subject, err)
 	}
 	if ack.Duplicate {
@@ -409,6 +443,7 @@ func (p *publisher) event(ctx context.Context, where string, line []byte) error 
 		}
 	}
 	p.sessions[ev.Subject] = true
+	p.lastStored = where
 	if ack.Duplicate {
 		p.duplicates++
 	} else {
@@ -419,6 +454,15 @@ func (p *publisher) event(ctx context.Context, where string, line []byte) error 
 		p.w.drain()
 	}
 	return nil
+}
+
+// surelyNotStored reports whether err, a publish's, says that the stream
+// did not store the message: the server refused it, or it was never sent.
+// Otherwise (no answer in time, a connection lost) it may be stored.
+func surelyNotStored(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrPermissionViolation)
 }
 
 func shortType(t string) string { return strings.TrimPrefix(t, events.TypePrefix) }

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,16 +33,18 @@ type live struct {
 }
 
 // startLive starts an embedded server and serve on it, with the source
-// check's test runs use, so that verdicts compare equal.
-func startLive(t *testing.T) *live {
+// check's test runs use, so that verdicts compare equal, and the serve
+// flags given.
+func startLive(t *testing.T, flags ...string) *live {
 	t.Helper()
 	srv := embedded.StartTest(t)
 	url := srv.Server.ClientURL()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan int, 1)
 	var out, errs lockedBuffer
+	args := append([]string{"serve", "--nats-url", url, "--source", "urn:seamguard:test", "--log-level", "error"}, flags...)
 	go func() {
-		served <- run(ctx, []string{"serve", "--nats-url", url, "--source", "urn:seamguard:test", "--log-level", "error"}, strings.NewReader(""), &out, &errs)
+		served <- run(ctx, args, strings.NewReader(""), &out, &errs)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -187,7 +191,7 @@ func TestPublishBadLines(t *testing.T) {
 	var stdout, stderr strings.Builder
 	code = run(context.Background(), []string{"publish", "-", "--nats-url", l.url}, strings.NewReader(in.String()), &stdout, &stderr)
 	assert.Equal(t, 1, code)
-	assert.Regexp(t, `seamguard publish: stdin:3: data.offset: .*\(bad_data\); nothing from this line on was published \(--keep-going skips bad lines\)\n\(before that: published 2 event\(s\) of 1 session\(s\)\)`, stderr.String())
+	assert.Regexp(t, `seamguard publish: stdin:3: data.offset: .*\(bad_data\); nothing from this line on was published \(--keep-going skips bad lines\)\nbefore that, 2 event\(s\) of this run are in the events stream, up to and including stdin:2 \(published 2 event\(s\) of 1 session\(s\)\)\.`, stderr.String())
 	assert.Equal(t, uint64(2), streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"))
 
 	code, _, errs, _ = l.cli(t, "publish", story, "--keep-going")
@@ -274,23 +278,60 @@ func TestResume(t *testing.T) {
 		require.Equal(t, 0, code, errs)
 		assert.Contains(t, out, "allowed   k9: summary [0, 4500), tail from 4500, head 7000; cured [sequence_gap]")
 	})
+	// A resume with no halt to lift is refused before anything is
+	// published: the session's control subject stays empty, and so does
+	// the verdict stream of the session (no rejection to read).
+	refused := func(t *testing.T, session string, code int, want ...string) {
+		t.Helper()
+		lastControl := func() uint64 {
+			s, err := l.js.Stream(context.Background(), "SEAMGUARD_EVENTS")
+			require.NoError(t, err)
+			m, err := s.GetLastMsgForSubject(context.Background(), "seamguard.control."+session)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return 0
+			}
+			require.NoError(t, err)
+			return m.Sequence
+		}
+		control := lastControl()
+		nEvents, nVerdicts := streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"), streamMsgCount(t, l.js, "SEAMGUARD_VERDICTS")
+		got, out, errs, took := l.cli(t, "resume", session, "--note", "just in case")
+		assert.Equal(t, code, got, errs)
+		assert.Less(t, took, 5*time.Second)
+		assert.NotContains(t, out, "published")
+		for _, w := range want {
+			assert.Contains(t, errs, w)
+		}
+		assert.Contains(t, errs, "nothing was published")
+		assert.Equal(t, control, lastControl(), "nothing new on the control subject of %s", session)
+		assert.Equal(t, nEvents, streamMsgCount(t, l.js, "SEAMGUARD_EVENTS"), "no message added to the events stream")
+		assert.Equal(t, nVerdicts, streamMsgCount(t, l.js, "SEAMGUARD_VERDICTS"), "no verdict added")
+	}
 	t.Run("not halted", func(t *testing.T) {
-		code, out, errs, _ := l.cli(t, "resume", "ops-agent-42", "--note", "just in case")
-		assert.Equal(t, exitNotHalted, code, errs)
-		assert.Contains(t, out, "published session.resumed")
-		assert.Contains(t, errs, "session ops-agent-42 was not halted: nothing to waive; the resume is recorded (sequence")
-		assert.NotContains(t, out+errs, "waived [")
+		refused(t, "ops-agent-42", exitNotHalted, "session ops-agent-42 is not halted (it is open, applied up to events sequence", "nothing to waive")
 	})
 	t.Run("unknown", func(t *testing.T) {
-		code, _, errs, _ := l.cli(t, "resume", "no-such-session", "--note", "typo")
-		assert.Equal(t, exitRejected, code, errs)
-		assert.Contains(t, errs, `the processor rejected the resume of session no-such-session: unknown_session: session "no-such-session" has not been opened`)
-		assert.Contains(t, errs, "check it")
+		refused(t, "no-such-session", exitRejected, "session no-such-session is unknown: the processor has applied no session.opened of it", "Check the id")
 	})
 	t.Run("closed", func(t *testing.T) {
-		code, _, errs, _ := l.cli(t, "resume", "ops-agent-42-c3", "--note", "too late")
+		refused(t, "ops-agent-42-c3", exitRejected, "session ops-agent-42-c3 is closed: a closed session has no halt to lift")
+	})
+	t.Run("lifted already", func(t *testing.T) {
+		// The halt lifted by the first subtest: a second resume has
+		// nothing to waive.
+		refused(t, "gap-then-resume", exitNotHalted, "session gap-then-resume is not halted (it is open")
+	})
+	t.Run("unknown, with a rejected input", func(t *testing.T) {
+		// A session of which the stream holds an input the processor
+		// rejected: resume waits for the processor to have applied it,
+		// then finds the session unknown.
+		code, _, errs, _ := l.cli(t, "publish", "--wait", writeStory(t, "orphan.jsonl", []string{renameLine(seed[1], 8)}))
+		require.Equal(t, exitRejected, code, errs)
+		code, out, errs, took := l.cli(t, "resume", "ops-agent-42-c8", "--note", "x")
 		assert.Equal(t, exitRejected, code, errs)
-		assert.Contains(t, errs, `the processor rejected the resume of session ops-agent-42-c3: session_closed: session "ops-agent-42-c3" is closed`)
+		assert.Less(t, took, 5*time.Second)
+		assert.NotContains(t, out, "published")
+		assert.Contains(t, errs, "session ops-agent-42-c8 is unknown")
 	})
 	t.Run("usage", func(t *testing.T) {
 		code, _, errs, _ := l.cli(t, "resume", "gap-then-resume")
@@ -302,27 +343,82 @@ func TestResume(t *testing.T) {
 }
 
 // TestResumeAndPublishWithoutProcessor: the streams exist but no processor
-// runs. resume and publish --wait publish, wait their --timeout, and say
-// that nothing answered and what to check, with their own exit status.
+// runs. publish --wait publishes, waits its --timeout, and says that
+// nothing answered and what to check, with its own exit status. resume
+// publishes nothing while the processor has not applied the session's
+// inputs, and says so; once it has (a serve ran, and stopped), resume
+// publishes, waits, and says the resume is not taken yet.
 func TestResumeAndPublishWithoutProcessor(t *testing.T) {
 	srv := embedded.StartTest(t)
 	_, err := processor.New(context.Background(), srv.JS, processor.Config{})
 	require.NoError(t, err) // provisions the streams and buckets, never runs
 	url := srv.Server.ClientURL()
+	controlMsgs := func() uint64 {
+		t.Helper()
+		s, err := srv.JS.Stream(context.Background(), "SEAMGUARD_EVENTS")
+		require.NoError(t, err)
+		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("seamguard.control.>"))
+		require.NoError(t, err)
+		return uint64(len(info.State.Subjects))
+	}
 
-	code, out, errs, took := cliRun(t, "resume", "gap-then-resume", "--note", "x", "--timeout", "700ms", "--nats-url", url)
-	assert.Equal(t, exitNoAnswer, code, errs)
-	assert.Less(t, took, 3*time.Second)
-	assert.Contains(t, out, "published session.resumed")
-	assert.Regexp(t, `the resume is published \(stream SEAMGUARD_EVENTS, sequence 1\), but the processor did not take it within 700ms: is seamguard serve running, with --prefix seamguard\?`, errs)
+	code, out, errs, _ := cliRun(t, "resume", "gap-then-resume", "--note", "x", "--timeout", "700ms", "--nats-url", url)
+	assert.Equal(t, exitRejected, code, errs)
+	assert.NotContains(t, out, "published")
+	assert.Contains(t, errs, "session gap-then-resume is unknown")
 
-	code, _, errs, took = cliRun(t, "publish", filepath.Join(storiesDir, "seed-story.jsonl"), "--wait", "--timeout", "700ms", "--nats-url", url)
+	code, _, errs, took := cliRun(t, "publish", filepath.Join(storiesDir, "seed-story.jsonl"), "--wait", "--timeout", "700ms", "--nats-url", url)
 	assert.Equal(t, exitNoAnswer, code, errs)
 	assert.Less(t, took, 4*time.Second)
 	assert.Contains(t, errs, "published 57 event(s) of 1 session(s)")
 	assert.Contains(t, errs, "everything is published, but the processor answered nothing for 700ms; still unanswered:")
 	assert.Contains(t, errs, "seed-story.jsonl:55 (compaction.requested compact-1)")
-	assert.Contains(t, errs, "seed-story.jsonl:57 (compaction.committed, session ops-agent-42 at stream sequence 58")
+	assert.Contains(t, errs, "seed-story.jsonl:57 (compaction.committed, session ops-agent-42 at stream sequence 57")
+
+	// The gap story up to its halt, not applied: whether the session is
+	// halted is not known, and nothing is published.
+	gap := readLines(t, filepath.Join(storiesDir, "gap-then-resume.jsonl"))
+	code, _, errs, _ = cliRun(t, "publish", writeStory(t, "gap.jsonl", gap[:6]), "--nats-url", url)
+	require.Equal(t, 0, code, errs)
+	code, out, errs, took = cliRun(t, "resume", "gap-then-resume", "--note", "x", "--timeout", "700ms", "--nats-url", url)
+	assert.Equal(t, exitNoAnswer, code, errs)
+	assert.Less(t, took, 3*time.Second)
+	assert.NotContains(t, out, "published")
+	assert.Contains(t, errs, "nothing was published: the events stream holds inputs of session gap-then-resume up to sequence 63, but the processor has applied them only up to 0 and did not catch up within --timeout 700ms")
+	assert.Contains(t, errs, "Is seamguard serve running, with --prefix seamguard?")
+	assert.Zero(t, controlMsgs(), "nothing on a control subject")
+
+	// A serve applies them (the session halts), and stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan int, 1)
+	var serveErr lockedBuffer
+	go func() {
+		served <- run(ctx, []string{"serve", "--nats-url", url, "--log-level", "error"}, strings.NewReader(""), io.Discard, &serveErr)
+	}()
+	kv, err := srv.JS.KeyValue(context.Background(), "seamguard-sessions")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(context.Background(), "gap-then-resume")
+		if err != nil {
+			return false
+		}
+		st, err := processor.UnmarshalState(e.Value())
+		return err == nil && st.Seq == 63 && st.Ledger.View().Status == "halted"
+	}, 30*time.Second, 20*time.Millisecond, "the gap story's session halted")
+	cancel()
+	select {
+	case code := <-served:
+		require.Equal(t, 0, code, serveErr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop after its context was cancelled")
+	}
+
+	code, out, errs, took = cliRun(t, "resume", "gap-then-resume", "--note", "x", "--timeout", "700ms", "--nats-url", url)
+	assert.Equal(t, exitNoAnswer, code, errs)
+	assert.Less(t, took, 3*time.Second)
+	assert.Contains(t, out, "published session.resumed")
+	assert.Regexp(t, `the resume is published \(stream SEAMGUARD_EVENTS, sequence 64\), but the processor did not take it within 700ms: is seamguard serve running, with --prefix seamguard\?`, errs)
+	assert.Equal(t, uint64(1), controlMsgs())
 
 	// No deployment at all: nothing is published, and the message says why.
 	bare := embedded.StartTest(t)
@@ -330,6 +426,108 @@ func TestResumeAndPublishWithoutProcessor(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.NotContains(t, out, "published")
 	assert.Contains(t, errs, "there is no session bucket seamguard-sessions")
+}
+
+// TestResumeParked: a parked session is resumed whatever its state (its
+// state grew past what the bucket takes, so the bucket holds an older one,
+// or none): resume publishes, the processor takes the session out of its
+// park and applies its waiting inputs, and resume says so.
+func TestResumeParked(t *testing.T) {
+	l := startLive(t, "--ack-wait", "2s", "--retry-for", "1s", "--park-after", "1s")
+	ctx := context.Background()
+	kvs, err := l.js.Stream(ctx, "KV_seamguard-sessions")
+	require.NoError(t, err)
+	small := kvs.CachedInfo().Config
+	small.MaxMsgSize = 1024
+	_, err = l.js.UpdateStream(ctx, small)
+	require.NoError(t, err)
+
+	line := func(n int, typ, data string) string {
+		return fmt.Sprintf(`{"specversion":"1.0","id":"b-%d","source":"urn:agent:test","type":"io.seamguard.%s","subject":"bloated","data":%s}`, n, typ, data)
+	}
+	lines := []string{line(0, "session.opened", `{"unit":"turns","recovery_floor":{"span":2,"unit":"turns"}}`)}
+	for i := range 1800 {
+		lines = append(lines, line(len(lines), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1}`, i)))
+	}
+	for i := range 600 { // 600 ranges truncated: a state of some KiB
+		lines = append(lines, line(len(lines), "context.truncated", fmt.Sprintf(`{"range":{"start":%d,"end":%d}}`, 3*i, 3*i+1)))
+	}
+	publishLines(t, l.js, lines)
+	kv, err := l.js.KeyValue(ctx, "seamguard-sessions")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := kv.Get(ctx, processor.ParkedKey("bloated"))
+		return err == nil
+	}, time.Minute, 50*time.Millisecond, "the session parked")
+	if e, err := kv.Get(ctx, "bloated"); err == nil {
+		st, err := processor.UnmarshalState(e.Value())
+		require.NoError(t, err)
+		require.Less(t, st.Seq, uint64(len(lines)), "the stored state is behind")
+		require.NotEqual(t, "halted", st.Ledger.View().Status)
+	}
+
+	// The limit lifted, the operator resumes it.
+	small.MaxMsgSize = -1
+	_, err = l.js.UpdateStream(ctx, small)
+	require.NoError(t, err)
+	code, out, errs, _ := l.cli(t, "resume", "bloated", "--note", "value limit lifted (OPS-1)")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "published session.resumed")
+	assert.Regexp(t, `session bloated out of its park \(parked \S+: .*maximum.*\): its inputs after events sequence \d+ are applied; its state now stands at sequence \d+`, out)
+	_, err = kv.Get(ctx, processor.ParkedKey("bloated"))
+	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the park record is gone")
+	e, err := kv.Get(ctx, "bloated")
+	require.NoError(t, err)
+	st, err := processor.UnmarshalState(e.Value())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(len(lines)+1), st.Seq, "every waiting input applied, and the resume")
+	assert.Equal(t, "open", st.Ledger.View().Status)
+
+	// Out of its park, and open: another resume has nothing to do.
+	code, out, errs, _ = l.cli(t, "resume", "bloated", "--note", "again")
+	assert.Equal(t, exitNotHalted, code, errs)
+	assert.NotContains(t, out, "published")
+}
+
+// TestPublishStopsPartway: a run stopped by a line the events stream does
+// not store (another event is stored under its message id) says how many
+// of its events the stream holds by then, up to which FILE:LINE, and how to
+// go on; the same command again finds those events published before.
+func TestPublishStopsPartway(t *testing.T) {
+	srv := embedded.StartTest(t)
+	_, err := processor.New(context.Background(), srv.JS, processor.Config{})
+	require.NoError(t, err) // provisions the streams; publish needs no processor
+	url := srv.Server.ClientURL()
+	seed := readLines(t, filepath.Join(storiesDir, "seed-story.jsonl"))
+	clash := strings.Replace(seed[0], `"span":12`, `"span":13`, 1) // seed[0]'s source and id, other data
+	require.NotEqual(t, seed[0], clash)
+	a := writeStory(t, "a.jsonl", seed[:2])
+	b := writeStory(t, "b.jsonl", []string{seed[2], clash, seed[3]})
+
+	code, _, errs, _ := cliRun(t, "publish", a, b, "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, b+":2: session.opened ops-agent-42-0001 of source urn:agent:demo/worker-1 (session ops-agent-42) was not stored: stream SEAMGUARD_EVENTS holds another event under its message id")
+	assert.Contains(t, errs, "\nbefore that, 3 event(s) of this run are in the events stream, up to and including "+b+":1 (published 3 event(s) of 1 session(s)).")
+	assert.Contains(t, errs, "Run the same command again within the events stream's dedupe window: what is stored already is reported as published before, not added again (or go on from the line after "+b+":1)")
+	assert.NotContains(t, errs, "is not known")
+	assert.Equal(t, uint64(3), streamMsgCount(t, srv.JS, "SEAMGUARD_EVENTS"))
+
+	code, _, errs, _ = cliRun(t, "publish", a, b, "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "before that, 3 event(s) of this run are in the events stream, up to and including "+b+":1 (published 0 event(s) of 1 session(s); 3 more were in the events stream already")
+	assert.Equal(t, uint64(3), streamMsgCount(t, srv.JS, "SEAMGUARD_EVENTS"))
+
+	// The second file alone: its first line is stored (before).
+	code, _, errs, _ = cliRun(t, "publish", b, "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "before that, 1 event(s) of this run are in the events stream, up to and including "+b+":1 (published 0 event(s)")
+
+	// Stopped at its first line: nothing of the run is stored, and the
+	// message says no more than what failed.
+	code, _, errs, _ = cliRun(t, "publish", writeStory(t, "c.jsonl", []string{clash}), "--nats-url", url)
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "was not stored")
+	assert.NotContains(t, errs, "before that")
 }
 
 // TestPublishShippedIdentities publishes as the shipped agent identity: its

@@ -46,10 +46,11 @@ func readmeWalkthrough(t *testing.T) []string {
 // TestReadmeWalkthrough runs the README's live walkthrough, command by
 // command, as written, with a seamguard built from this checkout first in
 // PATH: serve in the background, watch in the background, publish, inspect,
-// spill get, and the check that the evicted rule is in the spill. Only the
-// environment differs: SEAMGUARD_LISTEN and SEAMGUARD_NATS_URL put the
-// embedded server on a free port, and /tmp/ paths go to the test's own
-// directory.
+// spill get, and the check that the evicted rule is in the spill; then
+// stops serve, and runs it all again on the same data directory and files,
+// as a reader trying it twice would. Only the environment differs:
+// SEAMGUARD_LISTEN and SEAMGUARD_NATS_URL put the embedded server on a free
+// port, and /tmp/ paths go to the test's own directory.
 func TestReadmeWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -102,54 +103,69 @@ func TestReadmeWalkthrough(t *testing.T) {
 			}
 		}
 	})
-	outputs := map[string]string{}
-	for _, line := range cmds {
-		if strings.HasSuffix(line, "&") {
-			line = strings.TrimSpace(strings.TrimSuffix(line, "&"))
-			b := &bg{line: line, cmd: shell(line), out: &lockedBuffer{}, done: make(chan error, 1)}
-			b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
-			require.NoError(t, b.cmd.Start(), line)
-			go func() { b.done <- b.cmd.Wait() }()
-			background = append(background, b)
-			if strings.HasPrefix(line, "seamguard serve") {
-				waitDeployed(t, url, b.out, b.done)
-			}
-			continue
-		}
-		cmd := shell(line)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s\n%s", line, out)
-		outputs[strings.Fields(line)[0]+" "+strings.Fields(line)[1]] = string(out)
-	}
-
-	require.Contains(t, outputs["seamguard publish"], "coverage_hole [0, 8)", "publish --wait prints the refusal")
-	require.Contains(t, outputs["seamguard inspect"], "ops-agent-42")
-	require.Equal(t, "1", strings.TrimSpace(outputs["grep -c"]), "the evicted rule is in the spill once")
-
-	for _, b := range background {
-		if strings.HasPrefix(b.line, "seamguard watch") {
-			select {
-			case err := <-b.done:
-				require.NoError(t, err, "%s\n%s", b.line, b.out)
-				for _, kind := range []string{"spilled", "refused", "allowed"} {
-					require.Contains(t, b.out.String(), kind, "watch printed the story's verdicts:\n%s", b.out)
+	// walk runs the walkthrough once, then stops serve as the README says,
+	// and returns each foreground command's output, by its first two words.
+	walk := func() map[string]string {
+		round := len(background)
+		outputs := map[string]string{}
+		for _, line := range cmds {
+			if strings.HasSuffix(line, "&") {
+				line = strings.TrimSpace(strings.TrimSuffix(line, "&"))
+				b := &bg{line: line, cmd: shell(line), out: &lockedBuffer{}, done: make(chan error, 1)}
+				b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+				require.NoError(t, b.cmd.Start(), line)
+				go func() { b.done <- b.cmd.Wait() }()
+				background = append(background, b)
+				if strings.HasPrefix(line, "seamguard serve") {
+					waitDeployed(t, url, b.out, b.done)
 				}
-			case <-time.After(30 * time.Second):
-				t.Fatalf("%s did not end after its verdicts:\n%s", b.line, b.out)
+				continue
+			}
+			cmd := shell(line)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s\n%s", line, out)
+			outputs[strings.Fields(line)[0]+" "+strings.Fields(line)[1]] = string(out)
+		}
+		require.Contains(t, outputs["seamguard inspect"], "ops-agent-42")
+		require.Equal(t, "1", strings.TrimSpace(outputs["grep -c"]), "the evicted rule is in the spill once")
+
+		for _, b := range background[round:] {
+			if strings.HasPrefix(b.line, "seamguard watch") {
+				select {
+				case err := <-b.done:
+					require.NoError(t, err, "%s\n%s", b.line, b.out)
+					for _, kind := range []string{"spilled", "refused", "allowed"} {
+						require.Contains(t, b.out.String(), kind, "watch printed the story's verdicts:\n%s", b.out)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s did not end after its verdicts:\n%s", b.line, b.out)
+				}
 			}
 		}
-	}
-	for _, b := range background {
-		if strings.HasPrefix(b.line, "seamguard serve") {
-			require.NoError(t, syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM))
-			select {
-			case err := <-b.done:
-				require.NoError(t, err, "serve after SIGTERM:\n%s", b.out)
-			case <-time.After(30 * time.Second):
-				t.Fatalf("serve did not stop 30s after SIGTERM:\n%s", b.out)
+		for _, b := range background[round:] {
+			if strings.HasPrefix(b.line, "seamguard serve") {
+				require.NoError(t, syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM))
+				select {
+				case err := <-b.done:
+					require.NoError(t, err, "serve after SIGTERM:\n%s", b.out)
+				case <-time.After(30 * time.Second):
+					t.Fatalf("serve did not stop 30s after SIGTERM:\n%s", b.out)
+				}
 			}
 		}
+		return outputs
 	}
+
+	first := walk()
+	require.Contains(t, first["seamguard publish"], "coverage_hole [0, 8)", "publish --wait prints the refusal")
+	require.Contains(t, first["seamguard publish"], "published 57 event(s) of 1 session(s)")
+
+	// Again, on the same data directory and files: each step does the
+	// same, and says what it found done already.
+	second := walk()
+	require.Contains(t, second["seamguard publish"], "published 0 event(s) of 1 session(s); 57 more were in the events stream already")
+	require.Contains(t, second["seamguard publish"], "nothing new for the processor to decide")
+	require.Contains(t, second["seamguard spill"], "holds exactly this transcript already: left as it is")
 }
 
 // waitDeployed waits until the processor at url has made its streams.
