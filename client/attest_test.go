@@ -102,7 +102,7 @@ func TestForgedVerdictsAreNotAnswers(t *testing.T) {
 		reported = append(reported, u)
 	}})
 	require.NoError(t, err)
-	s, err := c.Open(ctx, "forged", events.UnitTurns, 2)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "forged", Span: 2})
 	require.NoError(t, err)
 	for range 4 {
 		_, err := s.Append(ctx, client.Turn{Content: "x"})
@@ -168,7 +168,7 @@ func TestOnlyForgedVerdicts(t *testing.T) {
 	f.start(t)
 
 	request := func(c *client.Client, within time.Duration) (*client.Verdict, error) {
-		s, err := c.Open(ctx, "only-forged", events.UnitTurns, 2)
+		s, err := c.Open(ctx, client.SessionConfig{ID: "only-forged", Span: 2})
 		require.NoError(t, err)
 		rctx, cancel := context.WithTimeout(ctx, within)
 		defer cancel()

@@ -18,11 +18,12 @@ import (
 // them with errors.Is.
 var (
 	// ErrNoVerdict: the context ended before the verdict of a compaction
-	// request arrived.
+	// request arrived. The error is a *NoVerdictError.
 	ErrNoVerdict = errors.New("client: no verdict")
 	// ErrNotPublished: an event could not be stored in the events stream.
 	// The session keeps it and publishes it again, with the same id,
-	// before its next event (or on Flush).
+	// before its next event (or on Flush). The error is a
+	// *NotPublishedError.
 	ErrNotPublished = errors.New("client: event not published")
 	// ErrMsgIDTaken: the events stream answered an event's first publish
 	// as a duplicate: it holds another message under the event's
@@ -140,9 +141,45 @@ func (c *Client) publish(ctx context.Context, ev *outEvent) (*jetstream.PubAck, 
 }
 
 func (c *Client) publishErr(ev *outEvent, err error) error {
-	return fmt.Errorf("%w: %s event %s of source %s, session %s, on %s (stream %s): %w",
-		ErrNotPublished, ev.typ, ev.id, c.cfg.Source, ev.session, ev.msg.Subject, c.cfg.Stream, err)
+	return &NotPublishedError{Session: ev.session, EventID: ev.id, EventType: ev.typ, Source: c.cfg.Source,
+		Subject: ev.msg.Subject, Stream: c.cfg.Stream, Kept: true, Err: err}
 }
+
+// NotPublishedError is the error of a method whose event could not be
+// stored in the events stream; errors.Is(err, ErrNotPublished) holds, and
+// errors.Is(err, ErrMsgIDTaken) when the stream holds another message
+// under the event's message id. Unwrap returns why (the last attempt's
+// error, the context's).
+type NotPublishedError struct {
+	Session   string
+	EventID   string // the event that was not stored
+	EventType string // its CloudEvents type
+	Source    string
+	Subject   string // the subject it was published on
+	Stream    string // the stream it was to land in
+	// Kept is true when the event is the call's own: the session keeps it
+	// (an appended turn counts, the head moved past it) and publishes it
+	// again, same id, before its next event, or on Flush. It is false when
+	// the call published nothing of its own and changed nothing, because
+	// the earlier event EventID is still unpublished.
+	Kept bool
+	Err  error
+}
+
+func (e *NotPublishedError) Error() string {
+	msg := fmt.Sprintf("%v: %s event %s of source %s, session %s, on %s (stream %s): %v",
+		ErrNotPublished, e.EventType, e.EventID, e.Source, e.Session, e.Subject, e.Stream, e.Err)
+	if !e.Kept {
+		msg = "the earlier event is still unpublished, so nothing later is sent: " + msg
+	}
+	return msg
+}
+
+// Is makes errors.Is match ErrNotPublished.
+func (e *NotPublishedError) Is(target error) bool { return target == ErrNotPublished }
+
+// Unwrap returns why the event was not stored.
+func (e *NotPublishedError) Unwrap() error { return e.Err }
 
 // transient reports whether another attempt of a publish may succeed.
 func transient(err error) bool {

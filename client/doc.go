@@ -3,12 +3,19 @@
 // waits for the verdicts on compaction requests.
 //
 //	c, _ := client.New(nc, client.Config{Source: "urn:agent:billing/worker-3"})
-//	s, _ := c.Open(ctx, "ops-agent-42", events.UnitTurns, 12) // floor: last 12 turns
-//	s.Append(ctx, client.Turn{Role: "user", Content: "..."})  // at the head; the session counts offsets
+//	s, _ := c.Open(ctx, client.SessionConfig{ID: "ops-agent-42", Span: 12, // floor: the last 12 turns
+//		OnRejected: func(e *client.RejectedError) { log.Print(e) }}) // events seamguard did not accept
+//	s.Append(ctx, client.Turn{Role: "user", Content: "..."}) // at the head; the session counts offsets
 //	s.Truncated(ctx, events.Range{Start: 0, End: 8}, "budget")
 //	v, _ := s.Compact(ctx, events.CompactionRequested{...}) // request; retry after a spill, carry dropped pins
-//	if v.Allowed() != nil { /* apply it */ s.Commit(ctx, v.Request.RequestID) }
+//	switch v.Kind() {
+//	case events.KindAllowed: /* apply it */ s.Commit(ctx, v.Request.RequestID)
+//	case events.KindRefused, events.KindHalted: // do not compact
+//	}
 //	s.Close(ctx)
+//
+// docs/agents.md maps every call to its name in the TypeScript client
+// (clients/typescript), which offers the same.
 //
 // # Publishing
 //
@@ -42,7 +49,22 @@
 // method returns an error wrapping ErrNotPublished and the session keeps the
 // event: it is sent again, same id, before the session's next event, or by
 // Flush. Nothing later overtakes it. A turn in that state still counts as
-// appended.
+// appended. The error is a *NotPublishedError naming the event; its Kept
+// is false when the call sent nothing of its own because an earlier event
+// is still pending. Session.Pending says whether one is.
+//
+// # Rejections
+//
+// A stored event is not an accepted one: seamguard reads it from the
+// stream afterwards, and rejects what it cannot accept (a turn of a closed
+// or unknown session, an offset that overlaps, a second open with another
+// floor) with an event.rejected verdict on
+// <prefix>.verdicts.<session>.rejected. The publish has succeeded by then,
+// so the method returned nil. SessionConfig.OnRejected is called with
+// each such rejection of the session's own events, as a *RejectedError;
+// the session listens from before its session.opened until its close is
+// stored. A rejected compaction request is RequestCompaction's error
+// instead.
 //
 // # Verdicts
 //
@@ -51,8 +73,10 @@
 // request under a fresh event id. It returns the first allowed, refused or
 // halted verdict whose causationid is that event id and whose request_id is
 // the request's, or a *RejectedError if seamguard rejected the event. When
-// the context ends first, the error wraps ErrNoVerdict and
-// context.DeadlineExceeded and names the request id.
+// the context ends first, the error is a *NoVerdictError naming the
+// request; it wraps ErrNoVerdict and context.DeadlineExceeded. Switch on
+// Verdict.Kind (events.KindAllowed, KindRefused, KindHalted) or on the
+// type of its Data.
 //
 // A refusal with next "retry" carries a spill handle: seamguard wrote the
 // whole transcript to the object store, so what the compaction drops can be
@@ -114,13 +138,15 @@
 // It needs no JetStream access: it asks the processor's recover service
 // (a NATS micro service, see package processor) with requests on
 // <prefix>.recover.<session>, one reply of at most 512 KiB each, and checks
-// every object's size and SHA-256 digest against its handle. Errors wrap
+// every object's size and SHA-256 digest against its handle.
+// Session.RecoverTranscript does the same into memory and returns the
+// transcript with its chain once every digest is checked. Errors wrap
 // ErrNotRecovered and name the spill: a *RecoverError for the service's
 // refusals (ErrSpillNotFound, ErrSpillForbidden for a spill of another
 // session), ErrDigestMismatch, ErrBrokenChain, or the context's error.
 // Each request waits at most AckTimeout and is sent at most 5 times while
-// no processor answers; the context bounds the whole. Client.Recover does
-// the same for a session id without a Session.
+// no processor answers; the context bounds the whole. Client.Recover and
+// Client.RecoverTranscript do the same for a session id without a Session.
 //
 // # Concurrency
 //

@@ -53,35 +53,10 @@ func (c *Client) build(session, typ, id string, data any) (*outEvent, error) {
 			{"ce-subject", session},
 			{"ce-time", t.Format(time.RFC3339Nano)},
 		} {
-			m.Header.Set(h[0], percentEncode(h[1]))
+			m.Header.Set(h[0], events.PercentEncode(h[1]))
 		}
 		m.Header.Set("Content-Type", events.ContentTypeJSON)
 		m.Data = raw
 	}
 	return &outEvent{id: id, msgID: events.MsgID(c.cfg.Source, id), typ: typ, session: session, msg: m}, nil
-}
-
-// percentEncode encodes what the CloudEvents NATS binding's draft asks to
-// encode in a header value: space, '"', '%' and every byte outside printable
-// ASCII.
-func percentEncode(s string) string {
-	const hex = "0123456789ABCDEF"
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch > ' ' && ch < 0x7f && ch != '"' && ch != '%' {
-			if b != nil {
-				b = append(b, ch)
-			}
-			continue
-		}
-		if b == nil {
-			b = append(make([]byte, 0, len(s)+8), s[:i]...)
-		}
-		b = append(b, '%', hex[ch>>4], hex[ch&15])
-	}
-	if b == nil {
-		return s
-	}
-	return string(b)
 }

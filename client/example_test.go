@@ -13,8 +13,8 @@ import (
 
 // printVerdict prints what an agent needs from a verdict.
 func printVerdict(v *client.Verdict) {
-	switch {
-	case v.Allowed() != nil:
+	switch v.Kind() {
+	case events.KindAllowed:
 		a := v.Allowed()
 		fmt.Printf("allowed %s: summary covers %s, tail from %d", a.RequestID, rangesString(a.SummaryCoverage), a.TailStart)
 		if len(a.Cured) > 0 {
@@ -25,17 +25,17 @@ func printVerdict(v *client.Verdict) {
 			fmt.Printf("; cured %v by spill %s", a.Cured, strings.Join(names, ", "))
 		}
 		fmt.Println()
-	case v.Refused() != nil:
+	case events.KindRefused:
 		r := v.Refused()
 		fmt.Printf("refused %s:", r.RequestID)
 		for _, reason := range r.Reasons {
 			fmt.Printf(" %s at risk %s;", reason.Code, rangesString(reason.AtRisk))
 		}
 		if r.Spill != nil {
-			fmt.Printf(" spill %s holds %s (%d events);", r.Spill.Name, rangesString([]events.Range{r.Spill.Range}), r.Spill.Events)
+			fmt.Printf(" spill %s holds %s (%d events);", r.Spill.Name, r.Spill.Range, r.Spill.Events)
 		}
 		fmt.Printf(" next %s\n", r.Next)
-	case v.Halted() != nil:
+	case events.KindHalted:
 		fmt.Printf("halted %s: unrecoverable %s\n", v.Halted().RequestID, rangesString(v.Halted().Unrecoverable))
 	}
 }
@@ -55,7 +55,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := c.Open(ctx, "ops-agent-42", events.UnitTurns, 12)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "ops-agent-42", Span: 12})
 	if err != nil {
 		panic(err)
 	}
@@ -120,7 +120,7 @@ func ExampleSession_Compact() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := c.Open(ctx, "support-7", events.UnitTurns, 4)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "support-7", Span: 4})
 	if err != nil {
 		panic(err)
 	}
@@ -183,7 +183,7 @@ func ExampleSession_Recover() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := c.Open(ctx, "ops-agent-7", events.UnitTurns, 4)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "ops-agent-7", Span: 4})
 	if err != nil {
 		panic(err)
 	}
@@ -243,7 +243,7 @@ func ExampleSession_RequestCompaction_deadline() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := c.Open(ctx, "batch-3", events.UnitTurns, 4)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "batch-3", Span: 4})
 	if err != nil {
 		panic(err)
 	}
@@ -255,7 +255,58 @@ func ExampleSession_RequestCompaction_deadline() {
 	_, err = s.RequestCompaction(wait, events.CompactionRequested{RequestID: "compact-9", TailStart: 0})
 	fmt.Println(errors.Is(err, client.ErrNoVerdict), errors.Is(err, context.DeadlineExceeded))
 	fmt.Println(strings.Contains(err.Error(), `"compact-9"`))
+	var nv *client.NoVerdictError
+	if errors.As(err, &nv) {
+		fmt.Println("no verdict for", nv.RequestID, "of", nv.Session)
+	}
 	// Output:
 	// true true
 	// true
+	// no verdict for compact-9 of batch-3
+}
+
+// OnRejected hears seamguard reject the session's events. Here the agent
+// reuses the id of a session that was closed: every publish succeeds (the
+// events stream stores the events), and seamguard rejects each of them.
+func ExampleSessionConfig_onRejected() {
+	sg := mustStart(true)
+	defer sg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	c, err := client.New(sg.nc, client.Config{})
+	if err != nil {
+		panic(err)
+	}
+	old, err := c.Open(ctx, client.SessionConfig{ID: "reused", Span: 4})
+	if err != nil {
+		panic(err)
+	}
+	if err := old.Close(ctx); err != nil {
+		panic(err)
+	}
+
+	rejected := make(chan *client.RejectedError, 16)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "reused", Span: 4,
+		OnRejected: func(e *client.RejectedError) { rejected <- e }})
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		if _, err := s.Append(ctx, client.Turn{Content: "..."}); err != nil {
+			panic(err)
+		}
+	}
+	for range 3 { // the open and both turns
+		select {
+		case e := <-rejected:
+			fmt.Println("rejected:", e.Rejection.Code, e.Rejection.Field)
+		case <-ctx.Done():
+			panic("no rejection")
+		}
+	}
+	// Output:
+	// rejected: session_closed subject
+	// rejected: session_closed subject
+	// rejected: session_closed subject
 }

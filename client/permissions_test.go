@@ -27,7 +27,8 @@ import (
 // through the processor's recover service, work without one permissions
 // violation, so the client needs no JetStream API access. The operator
 // identity finds the service with micro's discovery and reads the same
-// spill from the object store.
+// spill from the object store. The agent hears the rejection of its own
+// event (OnRejected) with the same permissions.
 func TestAgentPermissions(t *testing.T) {
 	for k, v := range map[string]string{
 		"NATS_AGENT_PASSWORD":     "agent-test",
@@ -87,7 +88,8 @@ func TestAgentPermissions(t *testing.T) {
 
 	c, err := client.New(connect("agent", "agent-test"), client.Config{})
 	require.NoError(t, err)
-	s, err := c.Open(ctx, "least-privilege", events.UnitTurns, 4)
+	rejected := make(rejections, 4)
+	s, err := c.Open(ctx, client.SessionConfig{ID: "least-privilege", Span: 4, OnRejected: rejected.handler})
 	require.NoError(t, err)
 	for range 12 {
 		_, err := s.Append(ctx, client.Turn{Content: "turn"})
@@ -113,6 +115,12 @@ func TestAgentPermissions(t *testing.T) {
 	require.Equal(t, []events.SpillHandle{h}, chain)
 	_, err = s.Recover(ctx, events.SpillHandle{Name: "someone-else/1.jsonl"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, client.ErrSpillForbidden)
+	// The agent hears its rejections: a second open with another floor.
+	other := make(rejections, 4)
+	_, err = c.Open(ctx, client.SessionConfig{ID: "least-privilege", Span: 9, Head: 12, OnRejected: other.handler})
+	require.NoError(t, err)
+	assert.Equal(t, events.CodeAlreadyOpen, other.next(t, 10*time.Second).Rejection.Code)
+	rejected.none(t, 0)
 	require.NoError(t, s.Close(ctx))
 
 	op := connect("operator", "operator-test")

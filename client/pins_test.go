@@ -24,7 +24,7 @@ func TestPinsCarriedByCompact(t *testing.T) {
 		if structured {
 			id = "pins-structured"
 		}
-		s, err := c.Open(ctx, id, events.UnitTurns, 4)
+		s, err := c.Open(ctx, client.SessionConfig{ID: id, Span: 4})
 		require.NoError(t, err)
 		rule, err := s.Append(ctx, client.Turn{Role: "user", Content: "never modify files under /etc", Pinned: true})
 		require.NoError(t, err)

@@ -15,19 +15,6 @@ import (
 	"github.com/seamguard/seamguard/processor"
 )
 
-func TestPercentEncode(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                        "",
-		"urn:agent:demo/worker-1": "urn:agent:demo/worker-1",
-		"a b":                     "a%20b",
-		`"100%"`:                  "%22100%25%22",
-		"ë":                       "%C3%AB",
-		"tab\there\x7f":           "tab%09here%7F",
-	} {
-		assert.Equal(t, want, percentEncode(in), "%q", in)
-	}
-}
-
 // TestPublishIsIdempotent publishes one built event twice, as a retry after
 // a lost ack does: the stream stores it once and says the second is a
 // duplicate.

@@ -11,7 +11,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -126,6 +125,37 @@ func (c *Client) Recover(ctx context.Context, session string, h events.SpillHand
 	return chain, nil
 }
 
+// RecoveredTranscript is a spill's transcript recovered whole, as
+// RecoverTranscript returns it.
+type RecoveredTranscript struct {
+	// Chain is the spills read, oldest first; the last is the one asked
+	// for.
+	Chain []events.SpillHandle
+	// Transcript is the chain's objects together: JSON Lines, every
+	// accepted event of the session from its session.opened to the
+	// request that caused the newest spill, one structured CloudEvent a
+	// line (events.DecodeJSON reads one back).
+	Transcript []byte
+}
+
+// RecoverTranscript is Recover into memory: it returns the transcript and
+// the chain once every object's digest has been checked, or an error (as
+// Recover's) and nothing.
+func (s *Session) RecoverTranscript(ctx context.Context, h events.SpillHandle) (*RecoveredTranscript, error) {
+	return s.c.RecoverTranscript(ctx, s.id, h)
+}
+
+// RecoverTranscript is Client.Recover into memory, as
+// Session.RecoverTranscript.
+func (c *Client) RecoverTranscript(ctx context.Context, session string, h events.SpillHandle) (*RecoveredTranscript, error) {
+	var buf bytes.Buffer
+	chain, err := c.Recover(ctx, session, h, &buf)
+	if err != nil {
+		return nil, err
+	}
+	return &RecoveredTranscript{Chain: chain, Transcript: buf.Bytes()}, nil
+}
+
 // recovery is one Recover call.
 type recovery struct {
 	c       *Client
@@ -156,7 +186,7 @@ func (rc *recovery) chain(ctx context.Context, h events.SpillHandle) ([]events.S
 			}
 			return nil, err
 		}
-		if len(chain) == 0 && h.Digest != "" && (got.Size != h.Size || !sameDigest(got.Digest, h.Digest)) {
+		if len(chain) == 0 && h.Digest != "" && (got.Size != h.Size || !events.SameDigest(got.Digest, h.Digest)) {
 			return nil, fmt.Errorf("%w: %w: spill %s of session %s holds %d bytes with digest %s, but the handle names %d bytes with digest %s (was it written again?)",
 				ErrNotRecovered, ErrDigestMismatch, h.Name, rc.session, got.Size, got.Digest, h.Size, h.Digest)
 		}
@@ -213,7 +243,7 @@ func (rc *recovery) object(ctx context.Context, o events.SpillHandle, w io.Write
 			return fmt.Errorf("read %s from byte %d of %d: %w", o.Name, off, o.Size, err)
 		}
 		size, _ := strconv.ParseUint(m.Header.Get(events.HeaderSpillSize), 10, 64)
-		if digest := m.Header.Get(events.HeaderSpillDigest); size != o.Size || !sameDigest(digest, o.Digest) {
+		if digest := m.Header.Get(events.HeaderSpillDigest); size != o.Size || !events.SameDigest(digest, o.Digest) {
 			return fmt.Errorf("%w: %w: spill %s of session %s now holds %d bytes with digest %s, but its handle names %d bytes with digest %s (was it written again?)",
 				ErrNotRecovered, ErrDigestMismatch, o.Name, rc.session, size, digest, o.Size, o.Digest)
 		}
@@ -230,7 +260,7 @@ func (rc *recovery) object(ctx context.Context, o events.SpillHandle, w io.Write
 		off += n
 		cursor = m.Header.Get(events.HeaderCursor)
 	}
-	want, err := decodeDigest(o.Digest)
+	want, err := events.DecodeDigest(o.Digest)
 	if err != nil {
 		return fmt.Errorf("%w: %w: spill %s of session %s: digest %q: %w", ErrNotRecovered, ErrDigestMismatch, o.Name, rc.session, o.Digest, err)
 	}
@@ -291,31 +321,6 @@ func (rc *recovery) request(ctx context.Context, rq events.RecoverRequest) (*nat
 func (rc *recovery) gaveUp(rq events.RecoverRequest, attempts int, err error) error {
 	return fmt.Errorf("%w: spill %s of session %s: no answer from seamguard's recover service on %s after %d attempt(s): %w",
 		ErrNotRecovered, rq.Name, rc.session, rc.subject, attempts, err)
-}
-
-// sameDigest reports whether two object store digests ("SHA-256=" and
-// base64 of the sum, URL-safe, padded or not) name the same sum.
-func sameDigest(a, b string) bool {
-	da, err1 := decodeDigest(a)
-	db, err2 := decodeDigest(b)
-	return err1 == nil && err2 == nil && bytes.Equal(da, db)
-}
-
-// decodeDigest decodes an object store digest: "SHA-256=" and the URL-safe
-// base64 of the sum, with or without padding.
-func decodeDigest(d string) ([]byte, error) {
-	alg, enc, ok := strings.Cut(d, "=")
-	if !ok || !strings.EqualFold(alg, "SHA-256") {
-		return nil, errors.New(`not "SHA-256=" and base64`)
-	}
-	sum, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(enc, "="))
-	if err != nil {
-		return nil, err
-	}
-	if len(sum) != sha256.Size {
-		return nil, fmt.Errorf("%d bytes, not a SHA-256 sum", len(sum))
-	}
-	return sum, nil
 }
 
 // excerpt quotes at most 256 bytes of b.

@@ -25,7 +25,7 @@ import (
 // allows the retry. It returns the session and the refusal's spill.
 func refuseAndSpill(t *testing.T, ctx context.Context, c *client.Client, id string, turns int, content func(i int) any) (*client.Session, events.SpillHandle) {
 	t.Helper()
-	s, err := c.Open(ctx, id, events.UnitTurns, 4)
+	s, err := c.Open(ctx, client.SessionConfig{ID: id, Span: 4})
 	require.NoError(t, err)
 	for i := range turns {
 		_, err := s.Append(ctx, client.Turn{Role: "user", Content: content(i)})
@@ -94,6 +94,23 @@ func TestRecover(t *testing.T) {
 	_, err = c.Recover(ctx, "recover-big", h, &got)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got.Bytes()))
+
+	// Into memory, from the Session and from the Client: the same bytes,
+	// or an error and nothing.
+	tr, err := s.RecoverTranscript(ctx, h)
+	require.NoError(t, err)
+	require.Equal(t, wantChain, tr.Chain)
+	require.True(t, bytes.Equal(want, tr.Transcript), "recovered %d bytes, the bucket holds %d", len(tr.Transcript), len(want))
+	tr, err = c.RecoverTranscript(ctx, "recover-big", h)
+	require.NoError(t, err)
+	require.Equal(t, wantChain, tr.Chain)
+	require.True(t, bytes.Equal(want, tr.Transcript))
+	tr, err = s.RecoverTranscript(ctx, events.SpillHandle{Name: "recover-big/99.jsonl"})
+	require.ErrorIs(t, err, client.ErrSpillNotFound)
+	require.Nil(t, tr)
+	tr, err = c.RecoverTranscript(ctx, "recover-big", events.SpillHandle{Name: h.Name, Size: h.Size + 1, Digest: h.Digest})
+	require.ErrorIs(t, err, client.ErrDigestMismatch)
+	require.Nil(t, tr)
 
 	// Raw reads of 100,000 bytes: every other one crosses a chunk's end;
 	// one from the middle of the second chunk without a cursor.
@@ -180,7 +197,7 @@ func TestRecoverRefused(t *testing.T) {
 	c, err := client.New(sg.nc, client.Config{})
 	require.NoError(t, err)
 	_, theirs := refuseAndSpill(t, ctx, c, "victim", 12, func(i int) any { return "secret " + strconv.Itoa(i) })
-	mine, err := c.Open(ctx, "intruder", events.UnitTurns, 4)
+	mine, err := c.Open(ctx, client.SessionConfig{ID: "intruder", Span: 4})
 	require.NoError(t, err)
 
 	var got bytes.Buffer

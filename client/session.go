@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/seamguard/seamguard/events"
 )
 
@@ -29,6 +31,26 @@ type SessionConfig struct {
 	// (seamguard accepts an unchanged configuration and changes nothing)
 	// and Append continues at offset Head. 0 starts a new session.
 	Head uint64
+	// OnRejected, when set, is called with every rejection of one of this
+	// session's own events other than compaction requests (whose
+	// rejections RequestCompaction returns as a *RejectedError): an
+	// event.rejected verdict, verified as any verdict is, that names an
+	// event this session published (by its causationid, or its
+	// Nats-Msg-Id or ce-id when the event did not decode that far).
+	// Without it such a rejection (a turn of a closed or unknown session,
+	// an offset conflict, a second open with another floor) is seen only
+	// by subscribers and operators: the publish itself succeeded, since
+	// the events stream stored the event before seamguard read it.
+	//
+	// The session then listens on <prefix>.verdicts.<session>.rejected
+	// (core NATS; the agent identity may subscribe to it) from before its
+	// session.opened until Close has stored the close: a rejection that
+	// arrives later (of the close itself, or of an event just before it)
+	// is not reported. OnRejected is called on the subscription's
+	// goroutine, one rejection at a time, and should return quickly (send
+	// to a buffered channel, say); a message on that subject that fails
+	// verification goes to Config.OnUnattributed instead.
+	OnRejected func(*RejectedError)
 }
 
 // Validate reports every problem with sc at once.
@@ -62,28 +84,54 @@ type Session struct {
 	id   string
 	unit events.Unit
 
-	mu      sync.Mutex
-	head    uint64
-	pending *outEvent // an event whose ack never came; sent again first
-	closed  bool
+	mu         sync.Mutex
+	head       uint64
+	pending    *outEvent // an event whose ack never came; sent again first
+	closed     bool
+	rejections *nats.Subscription // with OnRejected, until the close is stored
+
+	onRejected func(*RejectedError)
+	rmu        sync.Mutex        // guards ours, byMsgID, order
+	ours       map[string]string // event id → its Nats-Msg-Id, for OnRejected
+	byMsgID    map[string]string // the reverse
+	order      []string          // the ids in ours, oldest first
 }
 
-// Open opens a new session of unit turns with a recovery floor of span
-// turns. See OpenSession for more choices.
-func (c *Client) Open(ctx context.Context, sessionID string, unit events.Unit, span uint64) (*Session, error) {
-	return c.OpenSession(ctx, SessionConfig{ID: sessionID, Unit: unit, Span: span})
-}
+// rememberedIDs bounds the event ids a session with OnRejected keeps to
+// match rejections against: rejections come within moments, so the latest
+// few thousand events are enough.
+const rememberedIDs = 4096
 
-// OpenSession publishes io.seamguard.session.opened for sc and returns the
-// session. The recovery floor's unit is the session's unit.
-func (c *Client) OpenSession(ctx context.Context, sc SessionConfig) (*Session, error) {
+// Open publishes io.seamguard.session.opened for sc and returns the
+// session; the recovery floor's unit is the session's unit:
+//
+//	s, err := c.Open(ctx, client.SessionConfig{ID: "ops-agent-42", Span: 12}) // turns; the last 12 survive
+//
+// On an error no session is returned and nothing is sent again: call Open
+// again. With sc.OnRejected the session subscribes to its rejections
+// first.
+func (c *Client) Open(ctx context.Context, sc SessionConfig) (*Session, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
 	if sc.Unit == "" {
 		sc.Unit = events.UnitTurns
 	}
-	s := &Session{c: c, id: sc.ID, unit: sc.Unit, head: sc.Head}
+	s := &Session{c: c, id: sc.ID, unit: sc.Unit, head: sc.Head, onRejected: sc.OnRejected}
+	if s.onRejected != nil {
+		s.ours, s.byMsgID = map[string]string{}, map[string]string{}
+		subject := c.subjects.Verdict(s.id, events.KindRejected)
+		sub, err := c.nc.Subscribe(subject, s.rejected)
+		if err != nil {
+			return nil, fmt.Errorf("client: subscribing to the rejections of session %s on %s: %w", s.id, subject, err)
+		}
+		// The server has the subscription before the open can be rejected.
+		if err := c.nc.FlushWithContext(ctx); err != nil {
+			_ = sub.Unsubscribe()
+			return nil, fmt.Errorf("client: subscribing to the rejections of session %s on %s: %w", s.id, subject, err)
+		}
+		s.rejections = sub
+	}
 	err := s.send(ctx, events.TypeSessionOpened, newID(), &events.SessionOpened{
 		Unit:          sc.Unit,
 		RecoveryFloor: events.Floor{Span: sc.Span, Unit: sc.Unit},
@@ -91,9 +139,60 @@ func (c *Client) OpenSession(ctx context.Context, sc SessionConfig) (*Session, e
 		Trigger:       sc.Trigger,
 	}, nil)
 	if err != nil {
+		s.mu.Lock()
+		s.stopListeningLocked()
+		s.mu.Unlock()
 		return nil, err
 	}
 	return s, nil
+}
+
+// rejected is the handler of the session's rejections (OnRejected).
+func (s *Session) rejected(m *nats.Msg) {
+	a, err := s.c.verifier.Verify(m.Subject, m.Header, m.Data)
+	if err != nil {
+		if s.c.cfg.OnUnattributed != nil {
+			u := Unattributed{Subject: m.Subject, Err: err}
+			u.Claims, _ = events.DecodeVerdict(m.Data)
+			s.c.cfg.OnUnattributed(u)
+		}
+		return
+	}
+	d, ok := a.Verdict.Data.(*events.EventRejected)
+	if !ok {
+		return
+	}
+	s.rmu.Lock()
+	id, mine := rejectedID(a.Verdict, d,
+		func(id string) bool { _, ok := s.ours[id]; return ok },
+		func(msgID string) (string, bool) { id, ok := s.byMsgID[msgID]; return id, ok })
+	s.rmu.Unlock()
+	if mine {
+		s.onRejected(&RejectedError{Session: s.id, EventID: id, Rejection: d, Signer: a.Signer})
+	}
+}
+
+// remember keeps the id of an event the session publishes, to match its
+// rejection (OnRejected).
+func (s *Session) remember(id, msgID string) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	s.ours[id], s.byMsgID[msgID] = msgID, id
+	s.order = append(s.order, id)
+	if len(s.order) > rememberedIDs {
+		old := s.order[0]
+		delete(s.byMsgID, s.ours[old])
+		delete(s.ours, old)
+		s.order = s.order[1:]
+	}
+}
+
+// stopListeningLocked ends the subscription to the session's rejections.
+func (s *Session) stopListeningLocked() {
+	if s.rejections != nil {
+		_ = s.rejections.Unsubscribe()
+		s.rejections = nil
+	}
 }
 
 // ID returns the session id.
@@ -108,6 +207,22 @@ func (s *Session) Head() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.head
+}
+
+// Closed reports whether Close was called. Its session.closed may still be
+// pending (see Pending): Close sends it again.
+func (s *Session) Closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Pending reports whether an event whose publish failed waits to be sent
+// again, same id: by the session's next call that publishes, or by Flush.
+func (s *Session) Pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending != nil
 }
 
 // send publishes one event under the lock: first the pending event of an
@@ -126,7 +241,7 @@ func (s *Session) sendLocked(ctx context.Context, typ, id string, data any, afte
 	if s.closed {
 		return nil, fmt.Errorf("%w: session %s: open a new session to publish more", ErrClosed, s.id)
 	}
-	if err := s.flushLocked(ctx); err != nil {
+	if err := s.flushLocked(ctx, true); err != nil {
 		return nil, err
 	}
 	ev, err := s.c.build(s.id, typ, id, data)
@@ -136,6 +251,9 @@ func (s *Session) sendLocked(ctx context.Context, typ, id string, data any, afte
 	if after != nil {
 		after()
 	}
+	if s.onRejected != nil && typ != events.TypeCompactionRequested {
+		s.remember(ev.id, ev.msgID)
+	}
 	if _, err := s.c.publish(ctx, ev); err != nil {
 		s.pending = ev
 		return ev, err
@@ -143,14 +261,26 @@ func (s *Session) sendLocked(ctx context.Context, typ, id string, data any, afte
 	return ev, nil
 }
 
-func (s *Session) flushLocked(ctx context.Context) error {
+// flushLocked publishes the pending event, if any. blocking: the caller
+// has an event of its own to send after it, which the error then says
+// was not sent (NotPublishedError.Kept false).
+func (s *Session) flushLocked(ctx context.Context, blocking bool) error {
 	if s.pending == nil {
 		return nil
 	}
 	if _, err := s.c.publish(ctx, s.pending); err != nil {
-		return fmt.Errorf("the earlier event is still unpublished, so nothing later is sent: %w", err)
+		var npe *NotPublishedError
+		if blocking && errors.As(err, &npe) {
+			earlier := *npe
+			earlier.Kept = false
+			return &earlier
+		}
+		return err
 	}
 	s.pending = nil
+	if s.closed {
+		s.stopListeningLocked() // the close is stored
+	}
 	return nil
 }
 
@@ -159,7 +289,7 @@ func (s *Session) flushLocked(ctx context.Context) error {
 func (s *Session) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.flushLocked(ctx)
+	return s.flushLocked(ctx, false)
 }
 
 // Turn is one turn to append. The zero value is a turn of size 1 with no
@@ -274,13 +404,17 @@ func (s *Session) Commit(ctx context.Context, requestID string) error {
 
 // Close publishes io.seamguard.session.closed. Later calls that publish
 // return ErrClosed. Close of a closed session only publishes what is still
-// pending (the close itself, if its publish failed).
+// pending (the close itself, if its publish failed). Once the close is
+// stored, the session no longer listens for rejections (OnRejected).
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return s.flushLocked(ctx)
+		return s.flushLocked(ctx, false)
 	}
 	_, err := s.sendLocked(ctx, events.TypeSessionClosed, newID(), struct{}{}, func() { s.closed = true })
+	if err == nil {
+		s.stopListeningLocked()
+	}
 	return err
 }

@@ -55,6 +55,24 @@ type Unattributed struct {
 	Claims *events.Verdict
 }
 
+// Kind returns what the verdict says, the last token of its subject:
+// events.KindAllowed ("allowed"), events.KindRefused ("refused") or
+// events.KindHalted ("halted"), the same as Type names in full. Switch on
+// it, or on the data's type:
+//
+//	switch v.Kind() {
+//	case events.KindAllowed: // v.Allowed() is the data; apply it, then Commit
+//	case events.KindRefused: // v.Refused().Next, .Reasons, .Spill
+//	case events.KindHalted:  // v.Halted().Unrecoverable
+//	}
+//
+//	switch d := v.Data.(type) {
+//	case *events.CompactionAllowed:
+//	case *events.CompactionRefused:
+//	case *events.SessionHalted:
+//	}
+func (v *Verdict) Kind() string { return v.Output.Kind() }
+
 // Allowed returns the verdict's data if the compaction was allowed, else nil.
 func (v *Verdict) Allowed() *events.CompactionAllowed {
 	d, _ := v.Data.(*events.CompactionAllowed)
@@ -107,15 +125,18 @@ func (v *Verdict) DroppedPins() (pins []events.Range, complete bool) {
 	return nil, true
 }
 
-// RejectedError is returned when seamguard rejected the compaction.requested
-// event itself (it was not a valid event): the event.rejected verdict,
-// verified as any verdict is.
+// RejectedError is an event.rejected verdict about one of the session's
+// events (seamguard could not accept it: malformed, out of bounds, of a
+// closed or unknown session, ...), verified as any verdict is.
+// RequestCompaction returns it when the compaction.requested event itself
+// was rejected; SessionConfig.OnRejected is given it for the session's
+// other events.
 type RejectedError struct {
 	Session   string
-	EventID   string
+	EventID   string // the id of the rejected event
 	Rejection *events.EventRejected
 	// Signer is the key that signed the rejection; Unattributed, as for
-	// Verdict.
+	// Verdict (RequestCompaction's only).
 	Signer       string
 	Unattributed []Unattributed
 }
@@ -124,6 +145,47 @@ func (e *RejectedError) Error() string {
 	r := e.Rejection
 	return fmt.Sprintf("client: seamguard rejected event %s of session %s: %s (field %q): %s",
 		e.EventID, e.Session, r.Code, r.Field, r.Message)
+}
+
+// NoVerdictError is the error of RequestCompaction (and Compact, Retry,
+// CarryPins) when the context ended before the verdict came;
+// errors.Is(err, ErrNoVerdict) holds, and errors.Is(err, ErrUnattributed)
+// when messages claiming to answer the request failed verification. The
+// verdict, once the processor decides it, is still in the verdict stream.
+type NoVerdictError struct {
+	Session   string
+	RequestID string // the compaction's request id
+	EventID   string // the id of the compaction.requested event that was published
+	// Unattributed are the messages that claimed to answer the request
+	// and failed verification.
+	Unattributed []Unattributed
+	// Err is why the wait ended: the context's error.
+	Err error
+
+	subject string // where the verdict comes
+}
+
+func (e *NoVerdictError) Error() string {
+	msg := fmt.Sprintf("%v for compaction request %q of session %s (event %s) before the context ended: %v",
+		ErrNoVerdict, e.RequestID, e.Session, e.EventID, e.Err)
+	if len(e.Unattributed) > 0 {
+		u := e.Unattributed[0]
+		return msg + fmt.Sprintf("; %d message(s) claiming to answer it failed verification, the first on %s: %v",
+			len(e.Unattributed), u.Subject, u.Err)
+	}
+	return msg + "; is the seamguard processor running? The verdict, once decided, is on " + e.subject + " and in the verdict stream"
+}
+
+// Is makes errors.Is match ErrNoVerdict.
+func (e *NoVerdictError) Is(target error) bool { return target == ErrNoVerdict }
+
+// Unwrap returns the context's error and, when there is one, the first
+// unattributed message's error (an *attest.Error, matching ErrUnattributed).
+func (e *NoVerdictError) Unwrap() []error {
+	if len(e.Unattributed) > 0 {
+		return []error{e.Err, e.Unattributed[0].Err}
+	}
+	return []error{e.Err}
 }
 
 // RequestCompaction asks seamguard whether a compaction is safe and waits
@@ -157,13 +219,9 @@ func (s *Session) RequestCompaction(ctx context.Context, req events.CompactionRe
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				continue // some verdicts were dropped; ours may still come
 			}
-			if ctx.Err() != nil && len(forged) > 0 {
-				return nil, fmt.Errorf("%w for compaction request %q of session %s (event %s) before the context ended: %w; %d message(s) claiming to answer it failed verification, the first on %s: %w",
-					ErrNoVerdict, req.RequestID, s.id, eventID, ctx.Err(), len(forged), forged[0].Subject, forged[0].Err)
-			}
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w for compaction request %q of session %s (event %s) before the context ended: %w; is the seamguard processor running? The verdict, once decided, is on %s and in the verdict stream",
-					ErrNoVerdict, req.RequestID, s.id, eventID, ctx.Err(), s.c.subjects.Verdict(s.id, "<kind>"))
+				return nil, &NoVerdictError{Session: s.id, RequestID: req.RequestID, EventID: eventID,
+					Unattributed: forged, Err: ctx.Err(), subject: s.c.subjects.Verdict(s.id, "<kind>")}
 			}
 			return nil, fmt.Errorf("client: waiting for the verdict of compaction request %q of session %s: %w", req.RequestID, s.id, err)
 		}
@@ -313,30 +371,37 @@ func answers(v *events.Verdict, msgID, eventID, requestID string) bool {
 	return false
 }
 
-// rejects reports whether a rejection answers the event eventID. A
-// rejection has a causationid only when the event decoded far enough to
-// have an id; otherwise it names the input by its headers: the client set
-// Nats-Msg-Id to msgID (events.MsgID of its source and the event id) and,
-// in binary mode, ce-id to the event id.
+// rejects reports whether a rejection answers the event eventID, published
+// under Nats-Msg-Id msgID (events.MsgID of its source and the event id).
 func rejects(v *events.Verdict, d *events.EventRejected, msgID, eventID string) bool {
+	_, ok := rejectedID(v, d,
+		func(id string) bool { return id == eventID },
+		func(m string) (string, bool) { return eventID, m == msgID })
+	return ok
+}
+
+// rejectedID returns which of our events the rejection answers, if any: its
+// id. A rejection has a causationid only when the event decoded far enough
+// to have an id; otherwise it names the input by its headers: the client
+// set Nats-Msg-Id to events.MsgID of its source and the event id (byMsgID
+// maps it back) and, in binary mode, ce-id to the event id.
+func rejectedID(v *events.Verdict, d *events.EventRejected, ours func(id string) bool, byMsgID func(msgID string) (string, bool)) (string, bool) {
 	if v.Cause.ID != "" {
-		return v.Cause.ID == eventID
+		return v.Cause.ID, ours(v.Cause.ID)
 	}
 	for name, vals := range d.Input.Headers {
-		want := ""
-		switch {
-		case strings.EqualFold(name, jetstream.MsgIDHeader):
-			want = msgID
-		case strings.EqualFold(name, "ce-id"):
-			want = eventID
-		default:
-			continue
-		}
 		for _, val := range vals {
-			if val == want {
-				return true
+			switch {
+			case strings.EqualFold(name, jetstream.MsgIDHeader):
+				if id, ok := byMsgID(val); ok {
+					return id, true
+				}
+			case strings.EqualFold(name, "ce-id"):
+				if ours(val) {
+					return val, true
+				}
 			}
 		}
 	}
-	return false
+	return "", false
 }

@@ -86,7 +86,7 @@ func readEffects(t *testing.T, proc *client, victim string) effects {
 // turns), appends 12 turns and truncates [0, 3) before any summary saw
 // them: a compaction that summarizes from turn 3 is then refused.
 func truncatedSession(ctx context.Context, c *sgclient.Client, session string) (*sgclient.Session, error) {
-	s, err := c.Open(ctx, session, events.UnitTurns, 4)
+	s, err := c.Open(ctx, sgclient.SessionConfig{ID: session, Span: 4})
 	if err != nil {
 		return nil, err
 	}

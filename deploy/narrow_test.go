@@ -246,7 +246,7 @@ func TestAgentNarrowedToItsSessions(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		s, err := c.Open(ctx, "s-3", events.UnitTurns, 2)
+		s, err := c.Open(ctx, sgclient.SessionConfig{ID: "s-3", Span: 2})
 		if err != nil {
 			return err
 		}

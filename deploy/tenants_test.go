@@ -105,7 +105,7 @@ func TestTenants(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			sess, err := c.Open(ctx, session, events.UnitTurns, 4)
+			sess, err := c.Open(ctx, sgclient.SessionConfig{ID: session, Span: 4})
 			if err != nil {
 				return err
 			}

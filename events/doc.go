@@ -45,7 +45,8 @@
 //     binding's draft asks; sdk-go does not encode, which is harmless for any
 //     value without '%'. A '%' that does not start "%XX" (two hex digits),
 //     such as "%zz" or a trailing '%', makes the event malformed: encode a
-//     literal '%' as "%25". Decoded values must be UTF-8.
+//     literal '%' as "%25". Decoded values must be UTF-8. PercentEncode is
+//     the encoding a publisher applies (the client's binary mode does).
 //   - UTF-8. Bodies and data must be valid UTF-8 (RFC 8259), so that the data
 //     kept and spilled is exactly the data received.
 //   - Attribute names are lower-case letters and digits (CloudEvents 1.0). A
@@ -153,5 +154,7 @@
 // recover.go names the protocol through which agents read their sessions'
 // spills from the processor (Subjects.Recover, RecoverRequest, the reply
 // headers and the bounds); the processor serves it and package client
-// calls it. processor/doc.go describes it.
+// calls it. processor/doc.go describes it. A spill handle's digest is
+// "SHA-256=" and the URL-safe base64 of the sum, padded or not:
+// DecodeDigest reads it, and SameDigest compares two as sums.
 package events

@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -73,6 +74,17 @@ type Range struct {
 
 // Empty reports whether r holds no offset (including reversed ranges).
 func (r Range) Empty() bool { return r.End <= r.Start }
+
+// String returns r as a half-open interval, "[0, 5)", as verdict messages
+// and the CLI write ranges (a list of them with %v prints "[[0, 5) [8, 9)]").
+func (r Range) String() string {
+	b := make([]byte, 0, 24)
+	b = append(b, '[')
+	b = strconv.AppendUint(b, r.Start, 10)
+	b = append(b, ", "...)
+	b = strconv.AppendUint(b, r.End, 10)
+	return string(append(b, ')'))
+}
 
 // Len is the number of offsets in r, 0 for empty or reversed ranges.
 func (r Range) Len() uint64 {

@@ -6,6 +6,7 @@
  * @module
  */
 
+import type { Unattributed } from "./config.js";
 import type { EventRejected } from "./types.js";
 
 /** The `code` of every error the client throws on purpose. */
@@ -122,9 +123,22 @@ export class NoVerdictError extends SeamguardError {
   readonly requestId: string;
   /** The id of the `compaction.requested` event that was published. */
   readonly eventId: string;
+  /**
+   * The messages that claimed to answer the request while the client
+   * waited and failed verification (forgeries, or verdicts signed by a key
+   * not trusted); empty when none came.
+   */
+  readonly unattributed: readonly Unattributed[];
 
   /** @internal */
-  constructor(session: string, requestId: string, eventId: string, reason: string, options?: ErrorOptions) {
+  constructor(
+    session: string,
+    requestId: string,
+    eventId: string,
+    reason: string,
+    options?: ErrorOptions,
+    unattributed: readonly Unattributed[] = [],
+  ) {
     super(
       "no_verdict",
       `seamguard: no verdict for compaction request ${JSON.stringify(requestId)} of session ${session} (event ${eventId}): ${reason}`,
@@ -133,6 +147,7 @@ export class NoVerdictError extends SeamguardError {
     this.session = session;
     this.requestId = requestId;
     this.eventId = eventId;
+    this.unattributed = unattributed;
   }
 }
 
@@ -161,9 +176,17 @@ export class RejectedError extends SeamguardError {
   readonly eventId: string;
   /** The rejection: its code, the field at fault, the message. */
   readonly rejection: EventRejected;
+  /** The public NKey that signed the rejection (it was verified as any verdict is). */
+  readonly signer: string;
+  /**
+   * For a rejected compaction request: the messages that claimed to
+   * answer it while the client waited and failed verification. Empty for
+   * the rejections {@link SessionOptions.onRejected} is given.
+   */
+  readonly unattributed: readonly Unattributed[];
 
   /** @internal */
-  constructor(session: string, eventId: string, rejection: EventRejected) {
+  constructor(session: string, eventId: string, rejection: EventRejected, signer = "", unattributed: readonly Unattributed[] = []) {
     super(
       "rejected",
       `seamguard rejected event ${eventId} of session ${session}: ${rejection.code} (field ${JSON.stringify(rejection.field)}): ${rejection.message}`,
@@ -171,6 +194,8 @@ export class RejectedError extends SeamguardError {
     this.session = session;
     this.eventId = eventId;
     this.rejection = rejection;
+    this.signer = signer;
+    this.unattributed = unattributed;
   }
 }
 

@@ -53,7 +53,7 @@ export type { AllowedVerdict, HaltedVerdict, RefusedVerdict, Verdict, VerdictBas
 export { decodeDigest, sameDigest } from "./recover.js";
 export type { ChunkSink, RecoverOptions, RecoveredTranscript } from "./recover.js";
 export { MSG_ID_PREFIX, msgId, percentEncode } from "./encode.js";
-export { InputTypes, MAX_OFFSET, TYPE_PREFIX, UNITS, VerdictTypes } from "./types.js";
+export { InputTypes, MAX_OFFSET, TYPE_PREFIX, UNITS, VerdictTypes, formatRange } from "./types.js";
 export type {
   CompactionAllowed,
   CompactionRefused,

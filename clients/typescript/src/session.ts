@@ -301,7 +301,7 @@ export class Session {
     );
     if (id === undefined) return;
     try {
-      this.#onRejected(new RejectedError(this.id, id, d));
+      this.#onRejected(new RejectedError(this.id, id, d, a.signer));
     } catch {
       // The handler's own failure is its business; the session goes on.
     }
@@ -598,7 +598,9 @@ export class Session {
             if (ev.type === VerdictTypes.eventRejected) {
               try {
                 const d = parseRejected(ev.data);
-                if (rejects(ev, d, ...answering(this.#core.config.source, eventId)) !== undefined) settle?.reject(new RejectedError(this.id, eventId, d));
+                if (rejects(ev, d, ...answering(this.#core.config.source, eventId)) !== undefined) {
+                  settle?.reject(new RejectedError(this.id, eventId, d, a.signer, [...forged]));
+                }
               } catch {
                 // not a rejection we can read
               }
@@ -640,7 +642,7 @@ export class Session {
               ? `${abortReason(signal)} before it arrived; is the seamguard processor running? The verdict, once decided, ` +
                 `is on ${this.#core.subjects.verdicts(this.id, "<kind>")} and in the verdict stream`
               : `the subscription to ${verdictSubject} failed: ${message(err)}`;
-        throw new NoVerdictError(this.id, sent.requestId, eventId, reason, { cause: err });
+        throw new NoVerdictError(this.id, sent.requestId, eventId, reason, { cause: err }, [...forged]);
       }
     } finally {
       sub?.unsubscribe();

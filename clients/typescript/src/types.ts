@@ -25,6 +25,14 @@ export interface Range {
   readonly end: number;
 }
 
+/**
+ * Writes a range as the half-open interval it is, `[0, 5)`, as verdict
+ * messages and the Go client's `events.Range.String` do.
+ */
+export function formatRange(r: Range): string {
+  return `[${r.start}, ${r.end})`;
+}
+
 /** The prefix of every seamguard event type. */
 export const TYPE_PREFIX = "io.seamguard.";
 

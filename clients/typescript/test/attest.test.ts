@@ -192,6 +192,10 @@ describe("attest", () => {
       await assert.rejects(s.requestCompaction(request, { timeoutMs: 3000 }), (err: unknown) => {
         assert.ok(err instanceof NoVerdictError, String(err));
         assert.match(err.message, /3 message\(s\) claiming to answer it failed verification, the first on lone\.verdicts\.forged\.allowed: unsigned/);
+        assert.deepEqual(
+          err.unattributed.map((u) => u.reason),
+          ["unsigned", "untrusted_signer", "bad_signature"],
+        );
         return true;
       });
       assert.deepEqual(

@@ -51,6 +51,8 @@ describe("errors", () => {
           assert.equal(err.rejection.field, "data.request_id");
           assert.equal(err.rejection.input.subject, `seamguard.events.odd-${mode}`);
           assert.ok(err.rejection.input.streamSeq > 0);
+          assert.equal(err.signer, serve.signingKey, "verified as any verdict is");
+          assert.deepEqual(err.unattributed, []);
           assert.match(err.message, /too_large/);
           assert.match(err.message, /data\.request_id/);
           return true;
@@ -74,6 +76,7 @@ describe("errors", () => {
     assert.equal(got.session, "twice");
     assert.equal(got.rejection.input.subject, "seamguard.events.twice");
     assert.match(got.eventId, /^[A-Za-z0-9]{22}$/);
+    assert.equal(got.signer, serve.signingKey);
     // The first session's own events are not the second's: no more reports.
     await first.append({ content: "again" });
     const v = await first.requestCompaction({ summarizerInput: { start: 0, end: 2 }, summaryRange: { start: 0, end: 0 }, tailStart: 0 });

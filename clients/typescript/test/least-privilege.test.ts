@@ -100,6 +100,7 @@ describe("as the least-privilege agent identity", () => {
     assert.equal(err.requestId, "r-late");
     assert.equal(err.session, "late");
     assert.match(err.eventId, /^[A-Za-z0-9]{22}$/);
+    assert.deepEqual(err.unattributed, []);
     assert.match(err.message, /"r-late"/);
     assert.match(err.message, /session late/);
     assert.match(err.message, /deadline/);

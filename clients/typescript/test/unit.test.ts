@@ -1,4 +1,4 @@
-// Tests that need no server: percent-encoding, digests, configuration.
+// Tests that need no server: percent-encoding, digests, configuration, ranges.
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -7,7 +7,20 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { repoRoot } from "./harness.js";
-import { ArgumentError, MSG_ID_PREFIX, SeamguardClient, decodeDigest, msgId, percentEncode, resolveConfig, sameDigest, streamName, validateConfig, validateSessionOptions } from "../src/index.js";
+import {
+  ArgumentError,
+  MSG_ID_PREFIX,
+  SeamguardClient,
+  decodeDigest,
+  formatRange,
+  msgId,
+  percentEncode,
+  resolveConfig,
+  sameDigest,
+  streamName,
+  validateConfig,
+  validateSessionOptions,
+} from "../src/index.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 test("msgId derives the same Nats-Msg-Id as the Go events.MsgID (events/testdata/msgid.json)", () => {
@@ -89,4 +102,10 @@ test("session options: every problem at once", () => {
   assert.match(problems.join("\n"), /"pages"/);
   assert.match(problems.join("\n"), /span is 0/);
   assert.match(problems.join("\n"), /head is -1/);
+});
+
+test("formatRange writes a half-open interval, as the Go events.Range.String", () => {
+  assert.equal(formatRange({ start: 0, end: 5 }), "[0, 5)");
+  assert.equal(formatRange({ start: 0, end: 0 }), "[0, 0)");
+  assert.equal(formatRange({ start: 2 ** 53, end: 2 ** 53 }), "[9007199254740992, 9007199254740992)");
 });
