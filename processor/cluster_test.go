@@ -14,6 +14,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -39,6 +40,7 @@ func clusterEnv(t *testing.T, c *embedded.Cluster, first int) *env {
 // there twice, and every compare-and-swap conflict (a session fenced from a
 // writer that had lost it) is counted.
 func TestClusterScaleOutAndFailover(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("a three-server cluster run")
 	}

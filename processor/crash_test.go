@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -74,6 +75,7 @@ func crashConfig() processor.Config {
 // in the middle, and requires the same verdicts (each exactly once in the
 // verdict stream) and the same session states.
 func TestCrashAndRestart(t *testing.T) {
+	longtest.Skip(t)
 	w := genWorkload(50)
 	cfg := crashConfig()
 

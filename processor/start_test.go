@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -17,6 +18,7 @@ import (
 // they are back, and give up with the error after StartTimeout when they
 // stay away.
 func TestStartWaitsForTheCluster(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/internal/bench"
+	"github.com/seamguard/seamguard/internal/longtest"
 )
 
 // TestMain lets this test binary serve as the benchmark's child server
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 // make sense. It asserts no target: the figures depend on the machine (and
 // on -race); the table in docs/performance.md comes from a full run.
 func TestBenchQuick(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("runs the quick benchmark")
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/internal/workload"
 	"github.com/seamguard/seamguard/processor"
 )
@@ -181,8 +182,9 @@ func burst(t *testing.T, bin string, w *workload.Workload) burstRun {
 //
 // The default (short) size runs in CI; -burst=full drains 100,000 events:
 //
-//	go test ./cmd/seamguard -run TestBurst -v -burst=full -timeout 30m
+//	SEAMGUARD_LONG=1 go test ./cmd/seamguard -run TestBurst -v -burst=full -timeout 30m
 func TestBurst(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/internal/workload"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
@@ -413,8 +414,9 @@ func waitQuiet(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
 //
 // The default (short) size runs in CI; -chaos=full is the large run:
 //
-//	go test ./cmd/seamguard -run TestChaos -v -chaos=full -timeout 30m
+//	SEAMGUARD_LONG=1 go test ./cmd/seamguard -run TestChaos -v -chaos=full -timeout 30m
 func TestChaos(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}

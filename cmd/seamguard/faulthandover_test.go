@@ -15,6 +15,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/inspect"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -40,6 +41,7 @@ var handOverPlans = map[string]handOverPlan{
 // derives every verdict and every stored state again from the events
 // stream and finds nothing missing, extra or different.
 func TestFaultHandOver(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/internal/workload"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
@@ -97,6 +98,7 @@ type netFault struct {
 // test binary run again in the node namespaces (TestMain), and serve is
 // the built binary, both under `ip netns exec`. It needs root and ip.
 func TestFaultPartition(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds the binary and runs a cluster in network namespaces")
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/seamguard/seamguard/inspect"
 	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/internal/lazyfs"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/processor/ledger"
 	"github.com/seamguard/seamguard/spill"
@@ -66,6 +67,7 @@ var powerPlans = map[string]powerPlan{
 // (acknowledged events or received verdicts): if one lost nothing, the
 // test could not tell durable from lazy, and it fails saying so.
 func TestFaultPowerCut(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}

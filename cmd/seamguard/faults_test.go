@@ -18,7 +18,7 @@ import (
 // row per fault and setting; the table is printed when the test binary
 // ends. The short size runs in CI; the full size is one command:
 //
-//	go test ./cmd/seamguard -run TestFault -faults=full -v -timeout 60m
+//	SEAMGUARD_LONG=1 go test ./cmd/seamguard -run TestFault -faults=full -v -timeout 60m
 //
 // Tests that need root, /dev/fuse or network namespaces skip, saying why,
 // where those are missing.

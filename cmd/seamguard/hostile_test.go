@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/internal/workload"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
@@ -89,8 +90,9 @@ const (
 // runs weaker than it says. -hostile=full runs the sizes throughout, and
 // -hostile-logs=DIR keeps each case's serve log:
 //
-//	go test ./cmd/seamguard -run TestHostile -v -hostile=full -timeout 60m
+//	SEAMGUARD_LONG=1 go test ./cmd/seamguard -run TestHostile -v -hostile=full -timeout 60m
 func TestHostile(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}

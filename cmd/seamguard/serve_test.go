@@ -23,6 +23,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -188,6 +189,7 @@ func buildBinary(t *testing.T) string {
 // offline decision of the same events: every verdict there, none twice, all
 // identical.
 func TestServeKilledAndRestarted(t *testing.T) {
+	longtest.Skip(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
