@@ -36,14 +36,7 @@ func TestParkedSessionLetsOthersGo(t *testing.T) {
 	r := e.start(t, cfg)
 	waitFor(t, 10*time.Second, "the processor consuming", func() bool { return r.p.Ready() == nil })
 
-	kvs, err := e.JS.Stream(e.ctx, "KV_"+cfg.Names().Sessions)
-	require.NoError(t, err)
-	info, err := kvs.Info(e.ctx)
-	require.NoError(t, err)
-	small := info.Config
-	small.MaxMsgSize = 400
-	_, err = e.JS.UpdateStream(e.ctx, small)
-	require.NoError(t, err)
+	lift := e.limitStateSize(t, cfg, 400)
 	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
 	require.NoError(t, err)
 
@@ -96,9 +89,7 @@ func TestParkedSessionLetsOthersGo(t *testing.T) {
 	e.waitIdle(t, cfg, 30*time.Second) // every input acknowledged, the parked one's too
 
 	// The limit lifted, the operator resumes it.
-	small.MaxMsgSize = -1
-	_, err = e.JS.UpdateStream(e.ctx, small)
-	require.NoError(t, err)
+	lift()
 	resume := &sessionScript{ID: "bloated"}
 	resume.EventWithID("ops-resume-1", events.TypeSessionResumed, map[string]any{"note": "value limit lifted (OPS-1)"})
 	e.publishAll(t, scriptMsgs(t, subj, resume))

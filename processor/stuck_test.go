@@ -38,6 +38,27 @@ func stuckScripts(clean int) (bloated *sessionScript, others []*sessionScript) {
 	return bloated, others
 }
 
+// limitStateSize lowers the session bucket's value limit to n bytes under
+// a running processor (a failure retrying cannot fix, for a state that
+// outgrows it) and returns the function that lifts it again.
+func (e *env) limitStateSize(t *testing.T, cfg processor.Config, n int32) (lift func()) {
+	t.Helper()
+	kvs, err := e.JS.Stream(e.ctx, "KV_"+cfg.Names().Sessions)
+	require.NoError(t, err)
+	info, err := kvs.Info(e.ctx)
+	require.NoError(t, err)
+	small := info.Config
+	small.MaxMsgSize = n
+	_, err = e.JS.UpdateStream(e.ctx, small)
+	require.NoError(t, err)
+	return func() {
+		t.Helper()
+		small.MaxMsgSize = -1
+		_, err := e.JS.UpdateStream(e.ctx, small)
+		require.NoError(t, err)
+	}
+}
+
 // verdictsOf counts the verdicts of session id by kind.
 func verdictsOf(t *testing.T, e *env, cfg processor.Config, id string) map[string]int {
 	t.Helper()
@@ -64,14 +85,7 @@ func TestStuckSessionIsIsolated(t *testing.T) {
 	r := e.start(t, cfg)
 	waitFor(t, 10*time.Second, "the processor consuming", func() bool { return r.p.Ready() == nil })
 
-	kvs, err := e.JS.Stream(e.ctx, "KV_"+cfg.Names().Sessions)
-	require.NoError(t, err)
-	info, err := kvs.Info(e.ctx)
-	require.NoError(t, err)
-	small := info.Config
-	small.MaxMsgSize = 400
-	_, err = e.JS.UpdateStream(e.ctx, small)
-	require.NoError(t, err)
+	lift := e.limitStateSize(t, cfg, 400)
 
 	bloated, others := stuckScripts(40)
 	subj := cfg.Subjects()
@@ -111,9 +125,7 @@ func TestStuckSessionIsIsolated(t *testing.T) {
 	before, err := kv.Get(e.ctx, "bloated")
 	require.NoError(t, err, "its state before it outgrew the limit is stored")
 
-	small.MaxMsgSize = -1
-	_, err = e.JS.UpdateStream(e.ctx, small)
-	require.NoError(t, err)
+	lift()
 	waitFor(t, 30*time.Second, "the bloated session applied after its redelivery", func() bool {
 		e, err := kv.Get(e.ctx, "bloated")
 		return err == nil && e.Revision() > before.Revision() && r.p.StuckSessions() == 0
