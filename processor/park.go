@@ -219,6 +219,15 @@ func (p *Processor) readParked(ctx context.Context, kstream jetstream.Stream) er
 	for id, rec := range found {
 		p.setParked(id, &rec, false, begun)
 	}
+	// What this instance did before the read began, the read has seen:
+	// those marks have served (local stays as small as the acts since).
+	p.parked.mu.Lock()
+	for id, t := range p.parked.local {
+		if t.Before(begun) {
+			delete(p.parked.local, id)
+		}
+	}
+	p.parked.mu.Unlock()
 	return nil
 }
 
