@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,9 +77,15 @@ type parkedSet struct {
 	// local is when this instance last parked or let go of a session: a
 	// read of the records begun before it does not undo it.
 	local map[string]time.Time
+	// n is len(m), read without the lock: every input asks has, and
+	// almost always nothing is parked.
+	n atomic.Int64
 }
 
 func (s *parkedSet) has(id string) bool {
+	if s.n.Load() == 0 {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.m[id]
@@ -118,6 +125,7 @@ func (p *Processor) setParked(id string, rec *ParkRecord, local bool, read time.
 	} else {
 		delete(s.m, id)
 	}
+	s.n.Store(int64(len(s.m)))
 	s.mu.Unlock()
 	if was != (rec != nil) {
 		p.obs.Parked(id, rec != nil)
@@ -166,7 +174,7 @@ func (p *Processor) park(ctx context.Context, id string, cause error) error {
 		p.obs.Stuck(id, false)
 	}
 	p.log.Error("session parked: stuck on a failure retrying cannot fix; its inputs wait in the events stream until an operator resumes it (seamguard resume)",
-		"session", id, "cause", cause, "stuck_since", rec.StuckSince, "stored_seq", stored, "parked_sessions", len(p.Parked()))
+		"session", id, "cause", cause, "stuck_since", rec.StuckSince, "stored_seq", stored, "parked_sessions", p.parked.n.Load())
 	return nil
 }
 

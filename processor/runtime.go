@@ -406,7 +406,7 @@ func (p *Processor) Stats() Stats {
 	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
 		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load()),
 		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
-		Parked: len(p.Parked()), ParkedInputs: p.parkedInputs.Load()}
+		Parked: int(p.parked.n.Load()), ParkedInputs: p.parkedInputs.Load()}
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither
