@@ -188,6 +188,13 @@ type Config struct {
 	// agents read their own sessions' spills; the zero value runs it on
 	// every instance while it runs (see the package doc).
 	NoRecoverService bool
+	// NoAtomicBatches writes every verdict and every session state as a
+	// message of its own. By default the verdicts of a shard's batch go to
+	// the verdict stream as one atomic batch, and then its sessions' states
+	// to the session bucket as another: a server that syncs every write
+	// stores each batch with one fsync instead of one per message. What is
+	// written, and when an input is acknowledged, is the same either way.
+	NoAtomicBatches bool
 	// ReplyPrefixes are the inbox prefixes the processor's services (the
 	// recover service and its discovery) may answer to: a request is
 	// answered only when its reply subject is <prefix>.<token>[.<token>...]

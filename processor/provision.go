@@ -96,6 +96,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		// in the processor reads the verdict stream with GetMsg, which
 		// direct gets would let a lagging replica answer.
 		AllowDirect: true,
+		// A batch's verdicts are written as one atomic batch (batch.go).
+		AllowAtomicPublish: true,
 	})
 	if err != nil {
 		return nil, err
@@ -124,6 +126,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 			res.SessionsMaxValue = int(info.StreamInfo().Config.MaxMsgSize)
 		}
 	}
+	if err := allowAtomic(ctx, js, "KV_"+n.Sessions); err != nil {
+		return nil, err
+	}
 	res.Spills, err = ensureSpills(ctx, js, n.Spills, storage, c)
 	if err != nil {
 		return nil, err
@@ -138,6 +143,25 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		return nil, fmt.Errorf("processor: bucket %s: %w", n.Leases, err)
 	}
 	return &res, nil
+}
+
+// allowAtomic turns on atomic batch publishes in the stream named (the
+// session bucket's: a batch's states are written as one atomic batch, see
+// batch.go), in place, where they are off.
+func allowAtomic(ctx context.Context, js jetstream.JetStream, name string) error {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("processor: stream %s: %w", name, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowAtomicPublish {
+		return nil
+	}
+	cfg.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("processor: update stream %s (allow atomic batch publishes): %w", name, err)
+	}
+	return nil
 }
 
 // ensureSpills creates the spill object store, or checks an existing one:
@@ -249,7 +273,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("%w: stream %s: %v; change the configuration (prefix, storage) or migrate the stream by hand", ErrIncompatible, want.Name, bad)
 	}
-	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas && !grow && (have.AllowDirect || !want.AllowDirect) {
+	if have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas && !grow && (have.AllowDirect || !want.AllowDirect) && (have.AllowAtomicPublish || !want.AllowAtomicPublish) {
 		return s, nil
 	}
 	upd := have
@@ -257,6 +281,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	// Direct gets are turned on in place where seamguard needs them, and
 	// left as they are elsewhere.
 	upd.AllowDirect = have.AllowDirect || want.AllowDirect
+	upd.AllowAtomicPublish = have.AllowAtomicPublish || want.AllowAtomicPublish
 	s, err = js.UpdateStream(ctx, upd)
 	if err != nil {
 		return nil, fmt.Errorf("processor: update stream %s (subjects %v, max age %s, duplicates %s, replicas %d): %w", want.Name, want.Subjects, want.MaxAge, want.Duplicates, want.Replicas, err)

@@ -30,25 +30,34 @@ type published struct {
 // announcement is confirmed before anything after it is published: the
 // contract puts transcript.spilled before the refusal that names it, and
 // a publish the server answers late (a stream leader moving) is sent
-// again after those behind it.
+// again after those behind it. With atomic batches on, the outputs are
+// only encoded here, and sendVerdicts publishes the batch's outputs
+// together, in order, once its decisions are made.
 func (p *Processor) publishAll(ctx context.Context, b *budget, outs []events.Output, pubs *[]published) error {
+	held := p.batches.on(false)
 	for i, o := range outs {
-		pub, err := p.publish(ctx, b, o)
+		pub, err := p.prepare(o)
 		if err != nil {
 			return err
 		}
-		if o.Type == events.TypeTranscriptSpilled && i < len(outs)-1 {
-			if err := p.confirm(ctx, b, pub); err != nil {
+		if !held {
+			if err := p.send(ctx, b, &pub); err != nil {
 				return err
 			}
-			pub.stored = true
+			if o.Type == events.TypeTranscriptSpilled && i < len(outs)-1 {
+				if err := p.confirm(ctx, b, pub); err != nil {
+					return err
+				}
+				pub.stored = true
+			}
 		}
 		*pubs = append(*pubs, pub)
 	}
 	return nil
 }
 
-func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (published, error) {
+// prepare encodes and signs an output.
+func (p *Processor) prepare(o events.Output) (published, error) {
 	o = p.subj.PublishedRejection(o)
 	id, subject, body, err := p.enc.Encode(o)
 	if err != nil {
@@ -58,20 +67,77 @@ func (p *Processor) publish(ctx context.Context, b *budget, o events.Output) (pu
 	msg.Data = body
 	msg.Header.Set("Content-Type", events.ContentTypeCloudEventsJSON)
 	msg.Header.Set(jetstream.MsgIDHeader, id)
+	msg.Header.Set(jetstream.ExpectedStreamHeader, p.cfg.Names().Verdicts)
 	// The signature covers the body alone, and ed25519 is deterministic:
 	// a verdict published again carries the same bytes and headers.
 	p.signer.SignMsg(msg.Header, body)
-	pub := published{msg: msg, id: id, out: o}
+	return published{msg: msg, id: id, out: o}, nil
+}
+
+// send publishes a prepared output asynchronously; confirm waits for its
+// ack.
+func (p *Processor) send(ctx context.Context, b *budget, pub *published) error {
 	for attempt := 0; ; attempt++ {
-		pub.f, err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
+		var err error
+		pub.f, err = p.js.PublishMsgAsync(pub.msg, jetstream.WithMsgID(pub.id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
 		if err == nil {
-			return pub, nil
+			return nil
 		}
 		if rerr := b.retry(ctx, attempt, err); rerr != nil {
-			return pub, fmt.Errorf("processor: publishing %s on %s: %w", o.Type, subject, rerr)
+			return fmt.Errorf("processor: publishing %s on %s: %w", pub.out.Type, pub.msg.Subject, rerr)
 		}
-		p.log.Warn("publish failed; retrying", "subject", subject, "err", err)
+		p.log.Warn("publish failed; retrying", "subject", pub.msg.Subject, "err", err)
 	}
+}
+
+// sendVerdicts publishes the outputs publishAll held back (atomic batches
+// on), leaving out those of sessions the batch left: as one atomic batch
+// when there are two or more, each on its own otherwise and for whatever
+// a batch did not commit (a verdict published before, a lost reply), in
+// order, a spill's announcement confirmed before what follows it. A
+// session whose output cannot be published is parked (park decides what
+// becomes of it). Only the end of Run makes it return an error.
+func (s *shard) sendVerdicts(ctx context.Context, b *budget, pubs []published, fenced map[string]bool, park func(string, error) error) error {
+	p := s.p
+	var held []int
+	for i := range pubs {
+		if pubs[i].f == nil && !pubs[i].stored && !fenced[pubs[i].out.Session] {
+			held = append(held, i)
+		}
+	}
+	if len(held) > 1 {
+		msgs := make([]*nats.Msg, len(held))
+		for k, i := range held {
+			msgs[k] = pubs[i].msg
+		}
+		seqs, err := p.batches.write(ctx, false, msgs)
+		for k := range seqs {
+			pubs[held[k]].stored = true
+		}
+		if err == nil {
+			return nil
+		}
+		held = held[len(seqs):]
+		p.log.Debug("an atomic batch of verdicts did not commit; publishing them one by one", "verdicts", len(held), "err", err)
+	}
+	for _, i := range held {
+		pub := &pubs[i]
+		if fenced[pub.out.Session] {
+			continue
+		}
+		err := p.send(ctx, b, pub)
+		if err == nil && pub.out.Type == events.TypeTranscriptSpilled {
+			if err = p.confirm(ctx, b, *pub); err == nil {
+				pub.stored = true
+			}
+		}
+		if err != nil {
+			if err := park(pub.out.Session, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // confirm waits for a publish ack, republishing (same id, so at most once in

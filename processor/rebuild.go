@@ -205,8 +205,11 @@ func (p *Processor) takeAllLeases(ctx context.Context) (*leases, error) {
 // dedupe window, which still remembers its id; the caller tells which
 // (withheld).
 func (p *Processor) republish(ctx context.Context, o events.Output) (bool, error) {
-	pub, err := p.publish(ctx, &budget{limit: p.cfg.RetryFor}, o)
+	pub, err := p.prepare(o)
 	if err != nil {
+		return false, err
+	}
+	if err := p.send(ctx, &budget{limit: p.cfg.RetryFor}, &pub); err != nil {
 		return false, err
 	}
 	ack, err := p.confirmAck(ctx, &budget{limit: p.cfg.RetryFor}, pub)

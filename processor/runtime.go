@@ -47,6 +47,7 @@ type Processor struct {
 
 	health   troubles
 	parked   parkedSet     // sessions parked (park.go)
+	batches  batcher       // atomic batches of verdicts and states (batch.go)
 	checkNow chan struct{} // asks watchStores for a check now; see noticeFailure
 
 	running                                      atomic.Bool
@@ -112,6 +113,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 
 		checkNow: make(chan struct{}, 1),
 	}
+	p.batches.p = p
 	for _, o := range opts {
 		o(p)
 	}
@@ -399,6 +401,11 @@ type Stats struct {
 	// ParkedInputs counts the inputs acknowledged into park records.
 	Parked       int
 	ParkedInputs uint64
+	// AtomicBatches counts the atomic batches of verdicts and states
+	// committed, BatchedWrites the messages they held, and BatchFallbacks
+	// the batches that did not commit and were written one message at a
+	// time (see Config.NoAtomicBatches).
+	AtomicBatches, BatchedWrites, BatchFallbacks uint64
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
@@ -406,7 +413,8 @@ func (p *Processor) Stats() Stats {
 	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
 		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load()),
 		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
-		Parked: int(p.parked.n.Load()), ParkedInputs: p.parkedInputs.Load()}
+		Parked: int(p.parked.n.Load()), ParkedInputs: p.parkedInputs.Load(),
+		AtomicBatches: p.batches.committed.Load(), BatchedWrites: p.batches.messages.Load(), BatchFallbacks: p.batches.fellBack.Load()}
 }
 
 // Abort stops Run at once, without draining: messages in flight are neither

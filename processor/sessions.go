@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,17 +161,22 @@ type sentStore struct {
 	sess *session
 	f    jetstream.PubAckFuture // nil when it could not be sent
 	sent time.Time
+	done bool // stored already, in an atomic batch
 }
 
 // sendStores sends the state of every session in touched to the bucket at
 // once, each a compare-and-swap on the session's revision (what kv.Update
 // and kv.Create publish), so that a batch waits for one round trip rather
-// than one per session. stored then takes each ack; whatever did not plainly
-// succeed goes through store, which sorts out conflicts and lost replies.
-// Sessions fenced during the batch are not sent.
-func (s *shard) sendStores(touched []*session, fenced map[string]bool, park func(string, error) error) []sentStore {
+// than one per session. With atomic batches on, two or more states go as
+// one atomic batch first (one fsync for all of them on a server that syncs
+// every write); if it does not commit, nothing of it is stored, and each
+// state is sent on its own. stored then takes each ack; whatever did not
+// plainly succeed goes through store, which sorts out conflicts and lost
+// replies. Sessions fenced during the batch are not sent.
+func (s *shard) sendStores(ctx context.Context, touched []*session, fenced map[string]bool, park func(string, error) error) []sentStore {
 	p := s.p
 	out := make([]sentStore, 0, len(touched))
+	msgs := make([]*nats.Msg, 0, len(touched))
 	for _, sess := range touched {
 		if fenced[sess.id] {
 			continue // another instance's now, or left: nothing of it is stored
@@ -182,13 +188,40 @@ func (s *shard) sendStores(touched []*session, fenced map[string]bool, park func
 		}
 		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
 		msg.Data = val
-		f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(sess.rev))
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(sess.rev, 10))
+		out = append(out, sentStore{sess: sess, sent: time.Now()})
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) > 1 && p.batches.on(true) {
+		seqs, err := p.batches.write(ctx, true, msgs)
+		for k, seq := range seqs {
+			s.storedAt(out[k].sess, seq, out[k].sent)
+			out[k].done = true
+		}
+		if err != nil {
+			p.log.Debug("an atomic batch of session states did not commit; storing them one by one", "states", len(msgs)-len(seqs), "err", err)
+		}
+	}
+	for k := range out {
+		if out[k].done {
+			continue
+		}
+		f, err := p.js.PublishMsgAsync(msgs[k])
 		if err != nil {
 			f = nil // store tries again
 		}
-		out = append(out, sentStore{sess: sess, f: f, sent: time.Now()})
+		out[k].f = f
 	}
 	return out
+}
+
+// storedAt records that sess's state is stored at revision rev.
+func (s *shard) storedAt(sess *session, rev uint64, sent time.Time) {
+	sess.rev, sess.dirty = rev, false
+	s.p.obs.Stored(time.Since(sent))
+	if sess.closed() {
+		s.drop(sess.id) // closed: nothing more to cache
+	}
 }
 
 // stored waits for the ack of a state sendStores sent and reports whether
@@ -201,11 +234,7 @@ func (s *shard) stored(ctx context.Context, st sentStore) bool {
 	defer t.Stop()
 	select {
 	case ack := <-st.f.Ok():
-		st.sess.rev, st.sess.dirty = ack.Sequence, false
-		s.p.obs.Stored(time.Since(st.sent))
-		if st.sess.closed() {
-			s.drop(st.sess.id) // closed: nothing more to cache
-		}
+		s.storedAt(st.sess, ack.Sequence, st.sent)
 		return true
 	case <-st.f.Err():
 	case <-t.C:

@@ -434,6 +434,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		}
 		acks = append(acks, a)
 	}
+	if err := s.sendVerdicts(ctx, b, pubs, fenced, park); err != nil {
+		return err
+	}
 	for _, pub := range pubs {
 		if fenced[pub.out.Session] {
 			continue // left: what it published stands, its inputs wait
@@ -446,9 +449,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 		}
 		p.observe(pub)
 	}
-	stores := s.sendStores(touched, fenced, park)
+	stores := s.sendStores(ctx, touched, fenced, park)
 	for _, st := range stores {
-		if fenced[st.sess.id] || s.stored(ctx, st) {
+		if fenced[st.sess.id] || st.done || s.stored(ctx, st) {
 			continue
 		}
 		sess := st.sess
