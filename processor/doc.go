@@ -19,7 +19,22 @@
 // message). Then it waits for every publish ack, stores each
 // touched session's state once (ledger snapshot plus the last applied stream
 // sequence, compare-and-swap on the bucket revision), and only then marks the
-// batch's inputs finished. Rejected inputs are terminated with their rejection
+// batch's inputs finished.
+//
+// The batch's verdicts go to the verdict stream as one JetStream atomic
+// batch, and then its states to the session bucket as another (batch.go;
+// Provision allows atomic publishes on both streams). A server that syncs
+// every write stores an atomic batch with one fsync, where separate
+// messages cost one fsync each, in series per stream: that fsync is what a
+// durable server spends most of its time on, so writing fewer, larger
+// batches is what makes the durable default fast. An atomic batch is all or
+// nothing: every compare-and-swap and every dedupe check in it must pass.
+// One that does not commit (a session another instance moved on, a verdict
+// stored before, a reply lost) stores nothing, and its messages are then
+// written one at a time, each sorted out on its own as above. The same
+// inputs therefore give the same verdicts and states either way
+// (Config.NoAtomicBatches writes every message on its own; see
+// docs/performance.md for what each costs). Rejected inputs are terminated with their rejection
 // code as the reason, after their event.rejected verdict is durable, so a
 // poison message is never redelivered.
 //
@@ -65,10 +80,11 @@
 //   - sessions.go: loading a session's state, the lease check, storing with
 //     compare-and-swap;
 //   - catchup.go: applying from the stream what was delivered elsewhere or
-//     left; copies.go: when a state just read needs no catch-up;
+//     left, or what a state just read is behind;
 //   - step.go: one decision (package ledger's Step) and the spill it asks
 //     for (package spill);
 //   - publish.go: publishing verdicts and confirming their acks;
+//   - batch.go: atomic batches of a batch's verdicts and of its states;
 //   - ackwindow.go, lease.go: the ack window and the partition leases;
 //   - retry.go: which failures are waited out, and for how long;
 //   - stores.go: the watch over the streams behind every store, which

@@ -1,0 +1,386 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/processor/ledger"
+)
+
+// This file holds a shard's round: one batch of deliveries decided in
+// order, its verdicts published, its touched sessions stored once (a group
+// commit), and only then its inputs finished in their ack windows.
+
+// ack is what to do with one input once its effects are durable.
+type ack struct {
+	msg     jetstream.Msg
+	win     *ackWindow // nil: send at once (no metadata: not in any window)
+	seq     uint64
+	session string // the session it changed, if any
+	term    string // non-empty: terminate with this reason instead of acking
+}
+
+// round is the state of one batch on its shard's goroutine.
+//
+// A session whose effects cannot be made durable now (a failure retrying
+// cannot fix, or one that outlasted the batch's retry budget) is left like
+// one another instance took over: its inputs stay unacknowledged and are
+// redelivered after the ack deadline, when it is tried again from its
+// stored state. Until one of its inputs is finished it is stuck, and the
+// processor reports itself unready. Every other session of the batch goes
+// on. Only the end of Run (ctx) stops the batch.
+type round struct {
+	s   *shard
+	p   *Processor
+	ctx context.Context
+	b   *budget // the batch's retry budget, shared by all its loops
+
+	acks    []ack       // inputs to finish once the batch is durable
+	pubs    []published // outputs, in order
+	touched []*session  // sessions to store
+	// fenced holds the sessions the batch left (another instance took
+	// them over, or they are stuck or parked): none of their inputs is
+	// acknowledged, nothing more of them is published, and their state
+	// is not stored.
+	fenced map[string]bool
+	// parked holds the sessions of fenced parked during the batch: their
+	// inputs are acknowledged after all, into the park record.
+	parked map[string]bool
+}
+
+// handle runs a batch: steps every message, publishes the outputs, waits
+// for every publish ack, stores every touched session once (a group
+// commit), and only then acknowledges the inputs.
+func (s *shard) handle(ctx context.Context, batch []delivery) error {
+	r := &round{s: s, p: s.p, ctx: ctx, b: &budget{limit: s.p.cfg.RetryFor, notice: s.p.noticeFailure}}
+	r.acks = make([]ack, 0, len(batch))
+	s.fill(ctx, batch)
+	defer s.pre.clear()
+	for _, d := range batch {
+		var err error
+		if d.mark != nil {
+			err = r.marker(d)
+		} else {
+			err = r.input(d)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.publish(); err != nil {
+		return err
+	}
+	if err := r.store(); err != nil {
+		return err
+	}
+	r.finish(batch)
+	return nil
+}
+
+// leave drops session id from the batch and the shard's memory.
+func (r *round) leave(id string) {
+	if r.fenced == nil {
+		r.fenced = map[string]bool{}
+	}
+	r.fenced[id] = true
+	r.s.drop(id)
+}
+
+// fence leaves a session another instance moved on.
+func (r *round) fence(id string, err error) {
+	r.p.log.Warn("session moved on under another instance; leaving it", "session", id, "err", err)
+	r.p.fenced.Add(1)
+	r.leave(id)
+}
+
+// fail handles err from an effect of session id: errFenced fences it,
+// anything else leaves it stuck (or parks it, see park). It returns an
+// error only when Run ends.
+func (r *round) fail(id string, err error) error {
+	if errors.Is(err, errFenced) {
+		r.fence(id, err)
+		return nil
+	}
+	return r.park(id, err)
+}
+
+// park leaves session id stuck on err, or parks it when it has been stuck
+// for good (park.go): its inputs are then acknowledged into the park
+// record once it is stored.
+func (r *round) park(id string, err error) error {
+	p := r.p
+	if r.ctx.Err() != nil {
+		return r.ctx.Err()
+	}
+	if r.fenced[id] {
+		return nil
+	}
+	p.noticeFailure(err)
+	if p.health.set(stuckPrefix+id, err) {
+		p.obs.Stuck(id, true)
+	}
+	if p.parkable(id, err) {
+		perr := p.park(r.ctx, id, err)
+		if perr == nil {
+			if r.parked == nil {
+				r.parked = map[string]bool{}
+			}
+			r.parked[id] = true
+			r.leave(id)
+			return nil
+		}
+		p.log.Error("cannot park the session; it stays stuck", "session", id, "err", perr)
+	}
+	p.log.Error("session stuck: its inputs wait for redelivery", "session", id, "err", err, "stuck_sessions", p.health.stuck.Load())
+	r.leave(id)
+	return nil
+}
+
+// touch marks sess to be stored at the end of the batch.
+func (r *round) touch(sess *session) {
+	if !sess.dirty {
+		sess.dirty = true
+		r.touched = append(r.touched, sess)
+	}
+}
+
+// marker handles a marker (see adopt): the session catches up from the
+// stream past the inputs it holds, which are then finished along with the
+// batch. A subject that names no valid session is left for its
+// redelivery; a parked session's are acknowledged into its record.
+func (r *round) marker(d delivery) error {
+	sid, err := r.p.subj.SessionOf(d.markSubject)
+	if err != nil {
+		return nil
+	}
+	switch {
+	case r.fenced[sid] && !r.parked[sid]:
+		return nil
+	case !r.fenced[sid] && !r.s.current(d, sid):
+		r.leave(sid)
+		return nil
+	case r.parked[sid] || r.p.parked.has(sid):
+		for _, seq := range d.mark {
+			r.acks = append(r.acks, ack{win: d.win, seq: seq})
+		}
+		r.p.parkedInputs.Add(uint64(len(d.mark)))
+		return nil
+	}
+	sess, err := r.s.load(r.ctx, r.b, sid, d.horizon, d.epoch)
+	if err != nil {
+		return r.park(sid, err)
+	}
+	first, before := len(r.pubs), sess.seq
+	if err := r.s.catchUp(r.ctx, r.b, sess, d.mark[len(d.mark)-1], nil, &r.pubs); err != nil {
+		return r.fail(sid, err)
+	}
+	r.received(first, d)
+	sess.fresh = false
+	sess.caughtUp = max(sess.caughtUp, d.horizon)
+	if sess.seq != before {
+		r.touch(sess)
+	}
+	for _, seq := range d.mark {
+		r.acks = append(r.acks, ack{win: d.win, seq: seq, session: sid})
+	}
+	return nil
+}
+
+// received stamps the outputs from index first on with d's receipt: they
+// were decided on it, caught-up outputs too.
+func (r *round) received(first int, d delivery) {
+	for i := first; i < len(r.pubs); i++ {
+		r.pubs[i].received = d.at
+	}
+}
+
+// input decides one input: routes it (a session left, parked or past its
+// lease), readies its session's state, steps it, and records what to
+// publish, store and acknowledge.
+func (r *round) input(d delivery) error {
+	p, m := r.p, d.msg
+	if d.metaErr != nil {
+		p.log.Error("message without JetStream metadata", "subject", m.Subject(), "err", d.metaErr)
+		r.acks = append(r.acks, ack{msg: m, term: "seamguard: no JetStream metadata"})
+		return nil
+	}
+	seq := d.meta.Sequence.Stream
+	first := len(r.pubs) // outputs from here on were decided on d
+	var sess *session
+	if sid, err := p.subj.SessionOf(m.Subject()); err == nil {
+		var done bool
+		sess, done, err = r.ready(d, sid, seq)
+		if err != nil || done {
+			return err
+		}
+	}
+	outs, term, err := p.step(r.ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
+		return r.s.spill(ctx, r.b, m, sess, req)
+	})
+	if err != nil {
+		if sess == nil {
+			return err
+		}
+		// Its ledger may wait for a spill result: it is read again.
+		return r.fail(sess.id, err)
+	}
+	sid := ""
+	if sess != nil {
+		sid = sess.id
+	}
+	if err := p.publishAll(r.ctx, r.b, outs, &r.pubs); err != nil {
+		return r.park(sid, err)
+	}
+	if sess != nil {
+		sess.seq = seq
+		r.touch(sess)
+		if h := r.s.horizon(sess.id, d); h > sess.caughtUp {
+			if err := r.s.catchUp(r.ctx, r.b, sess, h, m, &r.pubs); err != nil {
+				return r.fail(sess.id, err)
+			}
+			sess.caughtUp = h
+		}
+	}
+	r.received(first, d)
+	p.handled.Add(1)
+	r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq, term: term, session: sid})
+	return nil
+}
+
+// ready returns the session of input d (stream sequence seq), read and
+// caught up to just before it, or done when the input needs nothing more
+// from the batch: its session left, parked, or past the input already.
+func (r *round) ready(d delivery, sid string, seq uint64) (sess *session, done bool, err error) {
+	p, s, m := r.p, r.s, d.msg
+	if r.fenced[sid] {
+		if r.parked[sid] {
+			r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq})
+			p.parkedInputs.Add(1)
+		}
+		return nil, true, nil
+	}
+	if !s.current(d, sid) {
+		r.leave(sid)
+		return nil, true, nil
+	}
+	if p.parked.has(sid) {
+		if !p.subj.IsControl(m.Subject()) {
+			// Acknowledged into the park record: it waits in the events
+			// stream.
+			r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq})
+			p.parkedInputs.Add(1)
+			return nil, true, nil
+		}
+		// An operator's input: out of the park, read afresh and caught up
+		// over every waiting input before it.
+		if err := p.unpark(r.ctx, sid); err != nil {
+			return nil, true, r.park(sid, err)
+		}
+		s.drop(sid)
+	}
+	sess, err = s.load(r.ctx, r.b, sid, d.horizon, d.epoch)
+	if err != nil {
+		return nil, true, r.park(sid, err)
+	}
+	if seq <= sess.seq {
+		// Applied before (a restart, a catch-up): never twice. The ack
+		// waits for the session's store like any other: if the batch
+		// loses the session to another instance, what this instance
+		// applied may not be stored anywhere.
+		r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq, session: sess.id})
+		return nil, true, nil
+	}
+	if s.horizon(sid, d) > sess.caughtUp || sess.fresh {
+		// The messages before this one that may be pending elsewhere;
+		// those after it follow in input. A state just read always
+		// checks (catchup.go): it may be behind the stream.
+		if err := s.catchUp(r.ctx, r.b, sess, seq-1, m, &r.pubs); err != nil {
+			return nil, true, r.fail(sess.id, err)
+		}
+		sess.fresh = false
+	}
+	return sess, false, nil
+}
+
+// publish sends the batch's outputs and waits for each to be confirmed;
+// a session one of whose outputs is not confirmed is left.
+func (r *round) publish() error {
+	p := r.p
+	if err := r.s.sendVerdicts(r.ctx, r.b, r.pubs, r.fenced, r.park); err != nil {
+		return err
+	}
+	for _, pub := range r.pubs {
+		if r.fenced[pub.out.Session] {
+			continue // left: what it published stands, its inputs wait
+		}
+		if err := p.confirm(r.ctx, r.b, pub); err != nil {
+			if err := r.park(pub.out.Session, err); err != nil {
+				return err
+			}
+			continue
+		}
+		p.observe(pub)
+	}
+	return nil
+}
+
+// store stores every touched session the batch did not leave.
+func (r *round) store() error {
+	stores := r.s.sendStores(r.ctx, r.touched, r.fenced, r.park)
+	for _, st := range stores {
+		if r.fenced[st.sess.id] || st.done || r.s.stored(r.ctx, st) {
+			continue
+		}
+		// A conflict means another instance owns the session now (the
+		// partition moved): its inputs are left unacknowledged for the
+		// owner, which applies them in order or skips them; what was
+		// published is what the owner publishes, since decisions depend
+		// only on the inputs (and a spill's failure only once the owner
+		// is checked, see spill).
+		if err := r.s.store(r.ctx, r.b, st.sess); err != nil {
+			if err := r.fail(st.sess.id, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finish finishes the inputs of every session the batch did not leave
+// (and of those it parked) in their ack windows, and sends the acks the
+// windows release. A left session's inputs stay unfinished: no ack may
+// cover them (see ackWindow) until the owner has them.
+func (r *round) finish(batch []delivery) {
+	p := r.p
+	var wins []*ackWindow
+	unstuck := p.health.stuck.Load() > 0
+	for _, a := range r.acks {
+		if r.fenced[a.session] {
+			if !r.parked[a.session] {
+				continue
+			}
+			p.parkedInputs.Add(1)
+		}
+		if unstuck && a.session != "" && p.health.clear(stuckPrefix+a.session) {
+			p.obs.Stuck(a.session, false)
+			p.log.Info("session no longer stuck", "session", a.session, "stuck_sessions", p.health.stuck.Load())
+		}
+		if a.win == nil {
+			p.sendAck(ackAction{msg: a.msg, term: a.term})
+			continue
+		}
+		a.win.finish(a.seq, a.msg, a.term)
+		if !slices.Contains(wins, a.win) {
+			wins = append(wins, a.win)
+		}
+	}
+	for _, w := range wins {
+		for _, act := range w.release() {
+			p.sendAck(act)
+		}
+	}
+	r.s.noteLeft(batch, r.fenced, r.acks)
+}
