@@ -47,8 +47,8 @@ type span struct {
 
 // prefetched is what the prefetch read of one session's stored state.
 type prefetched struct {
-	entry jetstream.KeyValueEntry // nil: no state stored
-	state *State                  // entry's state, parsed
+	rev   uint64 // the state's revision in the bucket
+	state *State // nil: no state stored
 }
 
 // prefetch holds a batch's answers. The shard's goroutine reads it once
@@ -167,6 +167,17 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
 	s.readControlled(ctx)
+	if len(tasks) > 1 {
+		ids := make([]string, len(tasks))
+		for i, t := range tasks {
+			ids[i] = t.id
+		}
+		if got, err := s.p.readStates(ctx, ids); err == nil {
+			pf.states = got
+		} else {
+			s.p.log.Debug("reading a batch's states at once failed; reading each", "sessions", len(ids), "err", err)
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, prefetchConcurrency)
@@ -190,23 +201,27 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			s.p.readAhead.Add(1)
-			e, err := s.p.res.Sessions.Get(ctx, t.id)
-			var got prefetched
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-			case err != nil:
-				return
-			default:
-				st, err := UnmarshalState(e.Value())
-				if err != nil {
-					return // read says what is wrong with it
-				}
-				got = prefetched{entry: e, state: &st}
-			}
 			mu.Lock()
-			pf.states[t.id] = got
+			got, ok := pf.states[t.id]
 			mu.Unlock()
+			if !ok {
+				s.p.readAhead.Add(1)
+				e, err := s.p.res.Sessions.Get(ctx, t.id)
+				switch {
+				case errors.Is(err, jetstream.ErrKeyNotFound):
+				case err != nil:
+					return
+				default:
+					st, err := UnmarshalState(e.Value())
+					if err != nil {
+						return // read says what is wrong with it
+					}
+					got = prefetched{rev: e.Revision(), state: &st}
+				}
+				mu.Lock()
+				pf.states[t.id] = got
+				mu.Unlock()
+			}
 			from := uint64(1)
 			if got.state != nil {
 				from = got.state.Seq + 1

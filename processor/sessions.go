@@ -117,8 +117,8 @@ func (s *shard) current(d delivery, id string) bool {
 func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error) {
 	if got, ok := s.pre.state(id); ok {
 		sess := &session{id: id, fresh: true}
-		if got.entry != nil {
-			sess.l, sess.seq, sess.rev = &got.state.Ledger, got.state.Seq, got.entry.Revision()
+		if got.state != nil {
+			sess.l, sess.seq, sess.rev = &got.state.Ledger, got.state.Seq, got.rev
 		}
 		s.put(sess)
 		s.woken++
