@@ -47,7 +47,7 @@ func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the quick benchmark")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
@@ -72,6 +72,16 @@ func TestBenchQuick(t *testing.T) {
 		require.Len(t, in.LayoutRounds, in.Rounds)
 		require.Len(t, in.RawRounds, in.Rounds)
 		require.Positive(t, in.Requests, "the workload holds compaction requests")
+		// The raw publish anchor (a write rate) and per-message writes.
+		require.Positive(t, in.RawPublishPerSec)
+		require.InDelta(t, in.SeamguardPerSec/in.RawPublishPerSec, in.PublishRatio, 1e-9)
+		require.Len(t, in.RawPublishRounds, in.Rounds)
+		require.Positive(t, in.PerMessagePerSec)
+		require.Len(t, in.PerMessageRounds, in.Rounds)
+		require.InDelta(t, in.PerMessagePerSec/in.RawPerSec, in.PerMessageRatio, 1e-9)
+		require.InDelta(t, in.SeamguardPerSec/in.PerMessagePerSec, in.AtomicOverPerMessage, 1e-9)
+		require.Positive(t, in.AtomicBatches, "the default processor writes atomic batches")
+		require.GreaterOrEqual(t, in.BatchedWrites, in.AtomicBatches)
 	}
 	require.NotNil(t, rep.Latency)
 	require.Positive(t, rep.Latency.Raw.P50)
@@ -82,14 +92,38 @@ func TestBenchQuick(t *testing.T) {
 	require.Positive(t, rep.Sessions.SnapshotBytes)
 	require.Equal(t, "always", rep.Sessions.Sync)
 	require.Len(t, rep.Sessions.Sizes, 2)
-	for _, z := range rep.Sessions.Sizes {
+	for i, z := range rep.Sessions.Sizes {
 		require.Positive(t, z.SeamguardPerSec)
 		require.Positive(t, z.PutPerSec)
 		require.Positive(t, z.CASPerSec)
 		require.Positive(t, z.ConsumePerSec)
 		lowest := min(z.PutPerSec, z.CASPerSec, z.ConsumePerSec)
 		require.InDelta(t, z.SeamguardPerSec/lowest, z.Ratio, 1e-9, "the ratio is to the lowest anchor")
+		require.InDelta(t, z.SeamguardPerSec/z.CASPerSec, z.CASRatio, 1e-9)
 		require.InDelta(t, 1.0, z.WritesPerEvent, 0.01, "one state write per event: no two events of a session share a batch")
+		require.Positive(t, z.PerMessagePerSec)
+		require.InDelta(t, z.SeamguardPerSec/z.PerMessagePerSec, z.AtomicOverPerMessage, 1e-9)
+		require.Positive(t, z.AtomicBatches)
+		if i < len(rep.Sessions.Sizes)-1 {
+			require.Zero(t, z.LazyPerSec, "only the largest size has a lazy run")
+		}
+	}
+	largest := rep.Sessions.Sizes[len(rep.Sessions.Sizes)-1]
+	require.Positive(t, largest.LazyPerSec, "a run that syncs always on its own server has a lazy run")
+	require.InDelta(t, largest.SeamguardPerSec/largest.LazyPerSec, largest.LazyRatio, 1e-9)
+	require.Equal(t, "2m0s", rep.Sessions.LazySync)
+	require.Empty(t, rep.Sessions.LazySkipped)
+	rec := rep.Sessions.Recovery
+	require.NotNil(t, rec, "the server runs in a child process: recovery after a crash is measured")
+	require.Empty(t, rec.Skipped)
+	require.Equal(t, largest.Sessions, rec.Sessions)
+	require.Positive(t, rec.ServerRestart)
+	require.Positive(t, rec.FirstDecision)
+	require.Positive(t, rec.LeaseTaken)
+	require.LessOrEqual(t, rec.LeaseTaken, rec.FirstDecision, "the lease is taken before the turn is decided")
+	require.InDelta(t, rec.ServerRestart+rec.FirstDecision, rec.Total, 1e-9)
+	for _, key := range []string{"sessions_cas", "sessions_lazy"} {
+		require.Contains(t, rep.Targets, key)
 	}
 	require.NotNil(t, rep.Decision)
 	require.Len(t, rep.Decision.Points, 3)

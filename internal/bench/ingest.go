@@ -21,19 +21,29 @@ import (
 
 // IngestResult compares the processor with plain durable pull consumers on
 // the same events, each read from a file-backed stream that already holds
-// them all. Each side is measured Rounds times, interleaved, and its median
-// is reported: the machines are shared, and a single pass of a second or two
-// swings by a fifth from one run to the next.
+// them all, and with a raw durable publish of the same events. Each side is
+// measured Rounds times, interleaved, and its median is reported: the
+// machines are shared, and a single pass of a second or two swings by a
+// fifth from one run to the next.
 type IngestResult struct {
-	BodyBytes     int     `json:"body_bytes"`
-	Events        int     `json:"events"`
-	Sessions      int     `json:"sessions"`
-	Requests      int     `json:"requests"` // compaction requests among them, each allowed
+	BodyBytes int `json:"body_bytes"`
+	Events    int `json:"events"`
+	Sessions  int `json:"sessions"`
+	Requests  int `json:"requests"` // compaction requests among them, each allowed
+	// PublishPerSec is how fast the raw stream took the events once, as
+	// setup (a single pass; RawPublishPerSec is the measured anchor).
 	PublishPerSec float64 `json:"publish_per_sec"`
 	Rounds        int     `json:"rounds"`
 	// Raw reads the events with one durable pull consumer on a stream of
-	// their own, acknowledging each: the issue's reference.
+	// their own, acknowledging each: the issue's reference, and a read
+	// rate.
 	RawPerSec float64 `json:"raw_per_sec"`
+	// RawPublish publishes the same events into a new file-backed stream
+	// of their own on the same server, pipelined (asynchronous publishes,
+	// 4,096 acks outstanding), until every one is acknowledged: a write
+	// rate, under the run's sync setting.
+	RawPublishPerSec float64 `json:"raw_publish_per_sec"`
+	PublishRatio     float64 `json:"publish_ratio"` // seamguard / raw publish
 	// Layout reads the processor's events stream through consumers laid
 	// out as the processor's are (one per partition plus one for subjects
 	// without a session, filtered), fetching as the processor does and acknowledging as it does (a partition's
@@ -43,13 +53,28 @@ type IngestResult struct {
 	SeamguardPerSec float64 `json:"seamguard_per_sec"`
 	Ratio           float64 `json:"ratio"`        // seamguard / raw
 	LayoutRatio     float64 `json:"layout_ratio"` // layout / raw
+	// PerMessage is the same processor with Config.NoAtomicBatches: every
+	// verdict and every session state written as a message of its own.
+	PerMessagePerSec float64 `json:"per_message_per_sec"`
+	PerMessageRatio  float64 `json:"per_message_ratio"` // per-message / raw
+	// AtomicOverPerMessage is seamguard (atomic batches, the default) over
+	// per-message writes: what batching buys.
+	AtomicOverPerMessage float64 `json:"atomic_over_per_message"`
 	// Per round: events/s and CPU of each side.
-	RawRounds       []Round `json:"raw_rounds"`
-	LayoutRounds    []Round `json:"layout_rounds"`
-	SeamguardRounds []Round `json:"seamguard_rounds"`
+	RawRounds        []Round `json:"raw_rounds"`
+	RawPublishRounds []Round `json:"raw_publish_rounds"`
+	LayoutRounds     []Round `json:"layout_rounds"`
+	SeamguardRounds  []Round `json:"seamguard_rounds"`
+	PerMessageRounds []Round `json:"per_message_rounds"`
 	// Snapshot writes per input: one per session touched by a batch.
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
 	CaughtUp       uint64  `json:"caught_up"` // inputs read from the stream ahead of their delivery
+	// The seamguard processors' atomic batches over all rounds (see
+	// processor.Stats): committed, the messages they held, and those that
+	// did not commit and were written one message at a time.
+	AtomicBatches  uint64 `json:"atomic_batches"`
+	BatchedWrites  uint64 `json:"batched_writes"`
+	BatchFallbacks uint64 `json:"batch_fallbacks"`
 }
 
 // Round is one measurement of one side of the ingest comparison.
@@ -108,6 +133,18 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 		c.Subject = rawSubj + strings.TrimPrefix(m.Subject, prefix)
 		raw[i] = &c
 	}
+	// The raw publish anchor: the same messages again, on subjects of a
+	// stream made anew for each round (their message ids would be
+	// duplicates in the same stream).
+	pubStream := strings.ToUpper(prefix) + "_PUB"
+	pubSubj := prefix + "pub"
+	pub := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		c := *m
+		c.Subject = pubSubj + strings.TrimPrefix(m.Subject, prefix)
+		pub[i] = &c
+	}
+	defer s.js.DeleteStream(context.WithoutCancel(ctx), pubStream)
 	progress("ingest %d KiB: publishing %d events twice", body>>10, n)
 	start := time.Now()
 	if _, err := publishAll(ctx, s.js, raw, 4096); err != nil {
@@ -142,6 +179,20 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 			return res, err
 		}
 
+		if err := s.js.DeleteStream(ctx, pubStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return res, err
+		}
+		if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: pubStream, Subjects: []string{pubSubj + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+			return res, err
+		}
+		if err := timed("raw durable publish (pipelined)", &res.RawPublishRounds, func() (time.Duration, error) {
+			start := time.Now()
+			_, err := publishAll(ctx, s.js, pub, 4096)
+			return time.Since(start), err
+		}); err != nil {
+			return res, err
+		}
+
 		lcfg := cfg
 		lcfg.Durable = fmt.Sprintf("layout%d", r)
 		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, func() (time.Duration, error) {
@@ -150,30 +201,54 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 			return res, err
 		}
 
-		pcfg := cfg
-		pcfg.Durable = fmt.Sprintf("seamguard%d", r)
-		if err := freshState(ctx, s.js, pcfg); err != nil {
-			return res, err
-		}
-		if _, err := createConsumers(ctx, s.js, pcfg); err != nil {
-			return res, err
-		}
-		p, err := processor.New(ctx, s.js, pcfg, procOpts()...)
-		if err != nil {
-			return res, err
-		}
-		if err := timed("seamguard processor", &res.SeamguardRounds, func() (time.Duration, error) {
-			return process(ctx, s.js, p, uint64(n), nil)
-		}); err != nil {
-			return res, err
-		}
-		res.CaughtUp += p.Stats().CaughtUp
-		if err := checkIngest(ctx, s.js, pcfg, &res); err != nil {
-			return res, err
+		// The processor with atomic batches (the default) and with
+		// per-message writes, each from nothing (new consumers, no
+		// state), the one or the other first in alternate rounds.
+		for k := range 2 {
+			perMessage := k != r%2
+			pcfg := cfg
+			pcfg.Durable = fmt.Sprintf("seamguard%d", r)
+			what, out := "seamguard processor", &res.SeamguardRounds
+			if perMessage {
+				pcfg.Durable = fmt.Sprintf("permessage%d", r)
+				pcfg.NoAtomicBatches = true
+				what, out = "seamguard processor, per-message writes", &res.PerMessageRounds
+			}
+			if err := freshState(ctx, s.js, pcfg); err != nil {
+				return res, err
+			}
+			if _, err := createConsumers(ctx, s.js, pcfg); err != nil {
+				return res, err
+			}
+			p, err := processor.New(ctx, s.js, pcfg, procOpts()...)
+			if err != nil {
+				return res, err
+			}
+			if err := timed(what, out, func() (time.Duration, error) {
+				return process(ctx, s.js, p, uint64(n), nil)
+			}); err != nil {
+				return res, err
+			}
+			st := p.Stats()
+			if !perMessage {
+				res.CaughtUp += st.CaughtUp
+				res.AtomicBatches += st.AtomicBatches
+				res.BatchedWrites += st.BatchedWrites
+				res.BatchFallbacks += st.BatchFallbacks
+			} else if st.AtomicBatches != 0 {
+				return res, fmt.Errorf("bench: the processor with NoAtomicBatches committed %d atomic batches", st.AtomicBatches)
+			}
+			if err := checkIngest(ctx, s.js, pcfg, &res, !perMessage); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.RawPerSec, res.LayoutPerSec, res.SeamguardPerSec = median(res.RawRounds), median(res.LayoutRounds), median(res.SeamguardRounds)
+	res.RawPublishPerSec, res.PerMessagePerSec = median(res.RawPublishRounds), median(res.PerMessageRounds)
 	res.Ratio, res.LayoutRatio = ratio(res.SeamguardPerSec, res.RawPerSec), ratio(res.LayoutPerSec, res.RawPerSec)
+	res.PublishRatio = ratio(res.SeamguardPerSec, res.RawPublishPerSec)
+	res.PerMessageRatio = ratio(res.PerMessagePerSec, res.RawPerSec)
+	res.AtomicOverPerMessage = ratio(res.SeamguardPerSec, res.PerMessagePerSec)
 	return res, nil
 }
 
@@ -192,13 +267,15 @@ func freshState(ctx context.Context, js jetstream.JetStream, cfg processor.Confi
 }
 
 // checkIngest checks what the processor decided (every request allowed,
-// nothing else) and records the snapshot writes per event.
-func checkIngest(ctx context.Context, js jetstream.JetStream, cfg processor.Config, res *IngestResult) error {
+// nothing else) and, with record, records the snapshot writes per event.
+func checkIngest(ctx context.Context, js jetstream.JetStream, cfg processor.Config, res *IngestResult, record bool) error {
 	kv, err := js.Stream(ctx, "KV_"+cfg.Names().Sessions)
 	if err != nil {
 		return err
 	}
-	res.WritesPerEvent = float64(kv.CachedInfo().State.LastSeq) / float64(res.Events)
+	if record {
+		res.WritesPerEvent = float64(kv.CachedInfo().State.LastSeq) / float64(res.Events)
+	}
 	vs, err := js.Stream(ctx, cfg.Names().Verdicts)
 	if err != nil {
 		return err

@@ -54,6 +54,41 @@ type SessionsResult struct {
 	MaxSessions int    `json:"max_sessions"`
 	Held        int    `json:"held_sessions"`
 	Dropped     uint64 `json:"dropped_sessions"`
+	// LazySync is the setting of the lazy run at the largest size (see
+	// SessionsSize.LazyPerSec); LazySkipped says why there was none.
+	LazySync    string `json:"lazy_sync,omitempty"`
+	LazySkipped string `json:"lazy_skipped,omitempty"`
+	// Recovery is the crash of the server and the processor at the
+	// largest size, and how long until an event is decided again.
+	Recovery *Recovery `json:"recovery,omitempty"`
+}
+
+// Recovery is a crash of both the server and the processor while the
+// processor runs idle at the largest size: the server's child process is
+// killed (SIGKILL) and the processor aborted. The server then starts again
+// on the same storage (the run's sync setting), a fresh processor starts
+// with one turn of a live session waiting, and the turn is decided.
+type Recovery struct {
+	// Skipped says why there was no crash (the server is not the bench's
+	// child process); every figure is then 0.
+	Skipped  string `json:"skipped,omitempty"`
+	Sessions int    `json:"sessions"` // live sessions in the bucket
+	Sync     string `json:"sync"`
+	// ServerRestart is from starting the server again until JetStream
+	// answers (account info and the events stream's info).
+	ServerRestart float64 `json:"server_restart_seconds"`
+	// FirstDecision is from the fresh processor's start (processor.New)
+	// until the waiting turn is decided and acknowledged (its partition
+	// consumer's ack floor reaches it).
+	FirstDecision float64 `json:"first_decision_seconds"`
+	// Total is ServerRestart plus FirstDecision: recovery after SIGKILL,
+	// time to the first decision.
+	Total float64 `json:"total_seconds"`
+	// LeaseTaken is from the fresh processor's start until it took the
+	// lease of the turn's partition: the crashed instance's lease must
+	// expire first (LeaseTTL after its last renewal).
+	LeaseTaken float64 `json:"lease_taken_seconds"`
+	LeaseTTL   float64 `json:"lease_ttl_seconds"`
 }
 
 // SessionsSize is one number of live sessions: seamguard and the raw
@@ -88,6 +123,25 @@ type SessionsSize struct {
 	// Lowest names the lowest anchor; Ratio is seamguard over it.
 	Lowest string  `json:"lowest_anchor"`
 	Ratio  float64 `json:"ratio"`
+	// CASRatio is seamguard over the raw CAS updates.
+	CASRatio float64 `json:"cas_ratio"`
+	// PerMessage: a processor with Config.NoAtomicBatches (every verdict
+	// and state written as a message of its own), started likewise with
+	// no session in memory, decides as many events of sessions no other
+	// run of this size touches, published and then the server restarted
+	// as for seamguard's. AtomicOverPerMessage is seamguard over it.
+	PerMessagePerSec     float64 `json:"per_message_per_sec"`
+	AtomicOverPerMessage float64 `json:"atomic_over_per_message"`
+	// Lazy (the largest size only, when the run syncs always on a server
+	// of its own): the server restarted on the same storage syncing every
+	// 2 minutes, and a processor with the defaults deciding as many events
+	// of other fresh sessions. LazyRatio is seamguard (always) over it.
+	LazyPerSec float64 `json:"lazy_per_sec,omitempty"`
+	LazyRatio  float64 `json:"lazy_ratio,omitempty"`
+	// The seamguard processor's atomic batches (see processor.Stats).
+	AtomicBatches  uint64 `json:"atomic_batches"`
+	BatchedWrites  uint64 `json:"batched_writes"`
+	BatchFallbacks uint64 `json:"batch_fallbacks"`
 	// Snapshot writes per event (one per event here: no two events of a
 	// session share a batch).
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
@@ -95,6 +149,8 @@ type SessionsSize struct {
 	Put            Usage   `json:"raw_put_usage"`
 	CAS            Usage   `json:"raw_cas_usage"`
 	Consume        Usage   `json:"raw_consume_usage"`
+	PerMessage     Usage   `json:"per_message_usage"`
+	Lazy           *Usage  `json:"lazy_usage,omitempty"`
 }
 
 // anchors returns the raw figures of z by name.
@@ -186,9 +242,24 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 	if r.rawVal, err = r.stateSize(); err != nil {
 		return nil, err
 	}
+	lazy := cfg.URL == "" && cfg.SyncInterval == 0
+	switch {
+	case cfg.URL != "":
+		res.LazySkipped = "the server is not the bench's own (--nats-url): it syncs as configured"
+	case !lazy:
+		res.LazySkipped = fmt.Sprintf("the run is already lazy (sync every %s)", cfg.SyncInterval)
+	default:
+		res.LazySync = lazySync.String()
+	}
 	for i, n := range sizes {
 		last := i == len(sizes)-1
-		m := min(perSize, n)
+		// Each run decides events of sessions of its own: seamguard,
+		// per-message writes, and at the largest size the lazy run.
+		runs := 2
+		if last && lazy {
+			runs = 3
+		}
+		m := min(perSize, n/runs)
 		z := SessionsSize{Sessions: n, Events: m}
 		if cfg.URL == "" && i > 0 {
 			if err := r.restart(pop); err != nil {
@@ -198,7 +269,8 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 		if z.NewKeysPerSec, err = r.grow(ctx, n); err != nil {
 			return res, err
 		}
-		order := rand.New(rand.NewPCG(Seed+3, uint64(n))).Perm(n)[:m]
+		perm := rand.New(rand.NewPCG(Seed+3, uint64(n))).Perm(n)
+		order := perm[:m]
 		first, err := r.publishRound(ctx, order)
 		if err != nil {
 			return res, err
@@ -220,24 +292,15 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 			rssBase, _ = settledMemory()
 			heapBase = heapwatch.InUse()
 		}
-		p, err := processor.New(ctx, js, r.pcfg, procOpts()...)
-		if err != nil {
-			return res, err
-		}
 		progress("sessions: %d live, seamguard on %d events", n, m)
-		stopProf := func() {}
-		if last && cpuProfile != "" {
-			if stopProf, err = startCPUProfile(cpuProfile); err != nil {
-				return res, err
-			}
+		prof := ""
+		if last {
+			prof = cpuProfile
 		}
-		meter := r.srv.meter()
-		var heldErr error
-		took, err := process(ctx, js, p, uint64(m), func() {
-			z.Seamguard = meter.stop()
-			stopProf()
+		var st processor.Stats
+		z.SeamguardPerSec, z.Seamguard, st, err = r.decide(ctx, r.pcfg, m, prof, func(p *processor.Processor) error {
 			if !last {
-				return
+				return nil
 			}
 			// Memory while p holds the sessions of its round.
 			res.RSSBase = rssBase
@@ -248,25 +311,19 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 			res.HeapPerSession = (float64(heapwatch.InUse()) - float64(heapBase)) / held
 			res.RSSPerSession = (float64(res.RSSAfter) - float64(res.RSSBase)) / held
 			if heapProfile != "" {
-				heldErr = writeHeapProfile(heapProfile)
+				return writeHeapProfile(heapProfile)
 			}
+			return nil
 		})
-		stopProf()
-		if err == nil {
-			err = heldErr
-		}
 		if err != nil {
 			return res, err
 		}
-		z.SeamguardPerSec = float64(m) / took.Seconds()
+		z.AtomicBatches, z.BatchedWrites, z.BatchFallbacks = st.AtomicBatches, st.BatchedWrites, st.BatchFallbacks
 		info, err := kvStream.Info(ctx)
 		if err != nil {
 			return res, err
 		}
 		z.WritesPerEvent = float64(info.State.LastSeq-writes0) / float64(m)
-		if err := checkSessions(ctx, js, r.pcfg); err != nil {
-			return res, err
-		}
 		if last {
 			res.SnapshotBytes = float64(info.State.Bytes) / float64(info.State.Msgs)
 		}
@@ -287,8 +344,8 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 			return res, err
 		}
 		progress("sessions: %d live, raw KV CAS updates %.0f/s", n, z.CASPerSec)
-		meter = r.srv.meter()
-		took, err = consumeFrom(ctx, js, r.pcfg, fmt.Sprintf("rawsessions%d", i), first, m)
+		meter := r.srv.meter()
+		took, err := consumeFrom(ctx, js, r.pcfg, fmt.Sprintf("rawsessions%d", i), first, m)
 		if err != nil {
 			return res, err
 		}
@@ -302,9 +359,312 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 			}
 		}
 		z.Ratio = ratio(z.SeamguardPerSec, lowest)
+		z.CASRatio = ratio(z.SeamguardPerSec, z.CASPerSec)
+
+		// Per-message writes, on sessions of their own.
+		if err := r.freshRound(ctx, perm[m:2*m], pop, cfg.SyncInterval); err != nil {
+			return res, err
+		}
+		pm := r.pcfg
+		pm.NoAtomicBatches = true
+		progress("sessions: %d live, seamguard with per-message writes on %d other events", n, m)
+		z.PerMessagePerSec, z.PerMessage, st, err = r.decide(ctx, pm, m, "", nil)
+		if err != nil {
+			return res, err
+		}
+		if st.AtomicBatches != 0 {
+			return res, fmt.Errorf("bench: the processor with NoAtomicBatches committed %d atomic batches", st.AtomicBatches)
+		}
+		z.AtomicOverPerMessage = ratio(z.SeamguardPerSec, z.PerMessagePerSec)
+		progress("sessions: %d live, per-message writes %.0f events/s", n, z.PerMessagePerSec)
 		res.Sizes = append(res.Sizes, z)
+		if !last {
+			continue
+		}
+
+		// A crash of server and processor, and the first decision after.
+		if res.Recovery, err = r.recovery(ctx, perm[0]); err != nil {
+			return res, fmt.Errorf("recovery: %w", err)
+		}
+		if res.Recovery.Skipped != "" {
+			progress("sessions: recovery after a crash skipped: %s", res.Recovery.Skipped)
+		}
+
+		// The same server syncing lazily, on other sessions.
+		if !lazy {
+			progress("sessions: lazy run skipped: %s", res.LazySkipped)
+			continue
+		}
+		if err := r.freshRound(ctx, perm[2*m:3*m], pop, lazySync); err != nil {
+			return res, err
+		}
+		progress("sessions: %d live, seamguard on %d other events, the server syncing every %s", n, m, lazySync)
+		zz := &res.Sizes[len(res.Sizes)-1]
+		var u Usage
+		if zz.LazyPerSec, u, _, err = r.decide(ctx, r.pcfg, m, "", nil); err != nil {
+			return res, err
+		}
+		zz.Lazy = &u
+		zz.LazyRatio = ratio(zz.SeamguardPerSec, zz.LazyPerSec)
+		progress("sessions: %d live, lazy %.0f events/s", n, zz.LazyPerSec)
 	}
 	return res, nil
+}
+
+// lazySync is how the server syncs for the lazy run at the largest size.
+const lazySync = 2 * time.Minute
+
+// freshRound publishes one turn for each session in order, with the server
+// syncing as pop says, and then restarts the server syncing as sync says:
+// a run on these sessions starts, as seamguard's does, on a server just
+// started, with its events written before (and with URL, on the server as
+// it is).
+func (r *sessionsRun) freshRound(ctx context.Context, order []int, pop, sync time.Duration) error {
+	if err := r.restart(pop); err != nil {
+		return err
+	}
+	if _, err := r.publishRound(ctx, order); err != nil {
+		return err
+	}
+	return r.restart(sync)
+}
+
+// decide starts a processor of cfg with no session in memory and runs it
+// until it has decided m events and every one is acknowledged, then checks
+// that it published no verdict. It returns the events per second, the
+// usage and the processor's counters. held, if not nil, is called while
+// the processor still runs; with cpuProfile it is profiled while it runs.
+func (r *sessionsRun) decide(ctx context.Context, cfg processor.Config, m int, cpuProfile string, held func(*processor.Processor) error) (float64, Usage, processor.Stats, error) {
+	js := r.srv.js
+	p, err := processor.New(ctx, js, cfg, procOpts()...)
+	if err != nil {
+		return 0, Usage{}, processor.Stats{}, err
+	}
+	stopProf := func() {}
+	if cpuProfile != "" {
+		if stopProf, err = startCPUProfile(cpuProfile); err != nil {
+			return 0, Usage{}, processor.Stats{}, err
+		}
+	}
+	defer stopProf()
+	meter := r.srv.meter()
+	var u Usage
+	var heldErr error
+	took, err := process(ctx, js, p, uint64(m), func() {
+		u = meter.stop()
+		stopProf()
+		if held != nil {
+			heldErr = held(p)
+		}
+	})
+	if err == nil {
+		err = heldErr
+	}
+	if err != nil {
+		return 0, Usage{}, processor.Stats{}, err
+	}
+	if err := checkSessions(ctx, js, cfg); err != nil {
+		return 0, Usage{}, processor.Stats{}, err
+	}
+	return float64(m) / took.Seconds(), u, p.Stats(), nil
+}
+
+// publishTurn publishes the next turn of session s and returns its stream
+// sequence.
+func (r *sessionsRun) publishTurn(ctx context.Context, s int) (uint64, error) {
+	m := r.gen.turn(sessionID(s), uint64(r.heads[s]), 256)
+	r.heads[s]++
+	ack, err := r.srv.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("bench: publish a turn of %s: %w", sessionID(s), err)
+	}
+	return ack.Sequence, nil
+}
+
+// recovery crashes the server and a processor that runs idle, starts the
+// server again on the same storage and then a fresh processor, and times
+// the decision of a turn of session s published in between (see
+// Recovery).
+func (r *sessionsRun) recovery(ctx context.Context, s int) (*Recovery, error) {
+	rec := &Recovery{Sessions: r.live, Sync: syncName(r.cfg), LeaseTTL: r.pcfg.WithDefaults().LeaseTTL.Seconds()}
+	switch {
+	case r.cfg.URL != "":
+		rec.Skipped = "the server is not the bench's own (--nats-url)"
+		return rec, nil
+	case r.srv.pid == 0:
+		rec.Skipped = "the server runs in this process (--in-process): killing it would end the bench"
+		return rec, nil
+	}
+	names := r.pcfg.Names()
+	part := r.pcfg.Subjects().Partition(sessionID(s))
+	consumer := r.pcfg.ConsumerName(part)
+
+	// A processor running, idle once it has decided a turn of the
+	// session: it holds the lease of the session's partition.
+	p, err := processor.New(ctx, r.srv.js, r.pcfg, procOpts()...)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	seq, err := r.publishTurn(ctx, s)
+	if err == nil {
+		err = waitAcked(ctx, r.srv.js, names.Events, consumer, seq)
+	}
+	if err != nil {
+		cancel()
+		<-done
+		return nil, err
+	}
+
+	// The crash: the server's process killed, the processor aborted.
+	r.progress("sessions: %d live, recovery: killing the server (pid %d) and aborting the processor", r.live, r.srv.pid)
+	proc, err := os.FindProcess(r.srv.pid)
+	if err == nil {
+		err = proc.Kill() // SIGKILL
+	}
+	if err != nil {
+		cancel()
+		<-done
+		return nil, fmt.Errorf("bench: kill the server: %w", err)
+	}
+	p.Abort()
+	select {
+	case <-done: // its error is the crash's
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("bench: the processor did not stop within 30s of Abort")
+	}
+	cancel()
+
+	// The server again, on the same storage.
+	start := time.Now()
+	if err := r.restart(r.cfg.SyncInterval); err != nil {
+		return nil, err
+	}
+	js := r.srv.js
+	if err := jetStreamReady(ctx, js, names.Events); err != nil {
+		return nil, err
+	}
+	rec.ServerRestart = time.Since(start).Seconds()
+	r.progress("sessions: %d live, recovery: the server answers after %.2fs", r.live, rec.ServerRestart)
+
+	// A turn waits; a fresh processor starts and decides it. The lease of
+	// the partition ("p<n>" in the leases bucket) is watched to tell when
+	// the new processor took it.
+	kv, err := js.KeyValue(ctx, names.Leases)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, "p"+strconv.Itoa(part), jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	if seq, err = r.publishTurn(ctx, s); err != nil {
+		return nil, err
+	}
+	pstart := time.Now()
+	taken := make(chan time.Duration, 1)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil && e.Operation() == jetstream.KeyValuePut {
+					taken <- time.Since(pstart)
+					return
+				}
+			case <-stopWatch:
+				return
+			}
+		}
+	}()
+	p, err = processor.New(ctx, js, r.pcfg, procOpts()...)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	done = make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	err = waitAcked(ctx, js, names.Events, consumer, seq)
+	rec.FirstDecision = time.Since(pstart).Seconds()
+	if err == nil {
+		select {
+		case d := <-taken:
+			rec.LeaseTaken = d.Seconds()
+		case <-time.After(time.Second):
+			err = errors.New("bench: the turn was decided, and no new lease of its partition was seen")
+		}
+	}
+	if st := p.Stats(); err == nil && st.Handled+st.CaughtUp == 0 {
+		err = errors.New("bench: the turn was acknowledged, and the processor decided nothing")
+	}
+	cancel()
+	if rerr := <-done; err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSessions(ctx, js, r.pcfg); err != nil {
+		return nil, err
+	}
+	rec.Total = rec.ServerRestart + rec.FirstDecision
+	r.progress("sessions: %d live, recovery: first decision %.2fs after the processor's start (lease taken after %.2fs)", r.live, rec.FirstDecision, rec.LeaseTaken)
+	return rec, nil
+}
+
+// waitAcked waits until the ack floor of the durable consumer of stream
+// reaches seq (at most 5 minutes).
+func waitAcked(ctx context.Context, js jetstream.JetStream, stream, consumer string, seq uint64) error {
+	c, err := js.Consumer(ctx, stream, consumer)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.AckFloor.Stream >= seq {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: %s did not acknowledge stream sequence %d within 5 minutes (ack floor %d)", consumer, seq, info.AckFloor.Stream)
+		}
+		if err := waitCtx(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// jetStreamReady waits until JetStream answers: the account's info, and
+// the stream's (at most 5 minutes).
+func jetStreamReady(ctx context.Context, js jetstream.JetStream, stream string) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		_, err := js.AccountInfo(ctx)
+		if err == nil {
+			_, err = js.Stream(ctx, stream)
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: JetStream did not answer within 5 minutes of the server's start: %w", err)
+		}
+		if err := waitCtx(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // syncName says how cfg's servers sync.
