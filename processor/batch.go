@@ -36,6 +36,13 @@ const (
 // default limit (max_batch_size). Longer runs of writes go in several.
 const maxAtomicBatch = 1000
 
+// minAtomicBatch is the fewest writes worth an atomic batch. A batch costs
+// the server a staging store besides its fsync (on a single server, a
+// store of its own, synced once), several fsyncs' worth in all, so a few
+// writes are cheaper sent one by one, pipelined; from about ten on, the
+// batch is. Fewer writes than this go one at a time.
+const minAtomicBatch = 16
+
 // errAtomicDisabled is the server's answer to a batch on a stream that does
 // not allow atomic batches (JetStream error 10174).
 var errAtomicDisabled = errors.New("processor: the stream does not allow atomic batch publishes")

@@ -21,7 +21,7 @@ func fleetWithVerdicts(t *testing.T, subj events.Subjects, n int) []*nats.Msg {
 	}
 	var opens, turns, reqs []*nats.Msg
 	for i := range n {
-		s := fmt.Sprintf("batch-%03d", i)
+		s := fmt.Sprintf("batch-%04d", i)
 		opens = append(opens, binaryMsg(t, subj, line(s+"-o", s, "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`)))
 		turns = append(turns, binaryMsg(t, subj, line(s+"-t", s, "turn.appended", `{"offset":0,"size":1,"role":"user","content":"hello"}`)))
 		reqs = append(reqs, binaryMsg(t, subj, line(s+"-r", s, "compaction.requested", `{"request_id":"r","summarizer_input":{"start":0,"end":1},"summary_range":{"start":0,"end":0},"tail_start":0}`)))
@@ -79,7 +79,7 @@ func TestAtomicBatchesChangeNothingButTheWrites(t *testing.T) {
 // dedupe drops, and the states are stored: each verdict stays in the stream
 // once, and every session moves on.
 func TestRepeatedVerdictsFallBackOneByOne(t *testing.T) {
-	const sessions = 40
+	const sessions = 400
 	e := newEnv(t)
 	cfg := baseConfig()
 	subj := cfg.Subjects()
@@ -96,7 +96,7 @@ func TestRepeatedVerdictsFallBackOneByOne(t *testing.T) {
 	require.NoError(t, err)
 	var more []*nats.Msg
 	for i := range sessions {
-		s := fmt.Sprintf("batch-%03d", i)
+		s := fmt.Sprintf("batch-%04d", i)
 		require.NoError(t, kv.Delete(e.ctx, s))
 		more = append(more, binaryMsg(t, subj, fmt.Appendf(nil, `{"specversion":"1.0","id":"%s-t1","source":"urn:t","type":"io.seamguard.turn.appended","subject":%q,"data":{"offset":1,"size":1,"role":"user","content":"again"}}`, s, s)))
 	}
@@ -111,7 +111,7 @@ func TestRepeatedVerdictsFallBackOneByOne(t *testing.T) {
 	states := e.kvStates(t, cfg)
 	require.Len(t, states, sessions)
 	for i := range sessions {
-		s, err := processor.UnmarshalState(states[fmt.Sprintf("batch-%03d", i)])
+		s, err := processor.UnmarshalState(states[fmt.Sprintf("batch-%04d", i)])
 		require.NoError(t, err)
 		require.Equal(t, seqs[i], s.Seq, "session %d moved on past its new turn", i)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/processor/ledger"
 )
 
 // batchEnv is a server with a bucket and a stream that allow atomic
@@ -174,4 +175,62 @@ func TestAtomicBatchDisabled(t *testing.T) {
 	require.ErrorIs(t, err, errAtomicDisabled)
 	require.False(t, e.bt.on(false), "verdicts go one at a time once their stream refused a batch")
 	require.True(t, e.bt.on(true), "states still go in batches")
+}
+
+// TestReadStatesAnswersAsKVGet: the batch read of states answers for each
+// key what kv.Get does: its state and revision; no state for a key never
+// written or deleted (with the deletion's revision, which a store swaps
+// for a state); and leaves out a value that is not a state, for the batch
+// to read on its own and report. More keys than one request holds go in
+// several.
+func TestReadStatesAnswersAsKVGet(t *testing.T) {
+	ts := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	var cfg Config
+	res, err := Provision(ctx, ts.JS, cfg)
+	require.NoError(t, err)
+	p := &Processor{cfg: cfg.withDefaults(), js: ts.JS, res: res, log: slog.New(slog.DiscardHandler)}
+	kv := res.Sessions
+	var ids []string
+	want := map[string]uint64{} // id -> state seq
+	for i := range maxMultiGet + 100 {
+		id := fmt.Sprintf("s%04d", i)
+		ids = append(ids, id)
+		if i%3 == 0 {
+			continue // never written
+		}
+		var l ledger.Ledger
+		val, err := MarshalState(uint64(i), &l)
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, id, val)
+		require.NoError(t, err)
+		want[id] = uint64(i)
+	}
+	require.NoError(t, kv.Delete(ctx, "s0001"))
+	delete(want, "s0001")
+	_, err = kv.Put(ctx, "s0002", []byte("not a state"))
+	require.NoError(t, err)
+	delete(want, "s0002")
+
+	got, err := p.readStates(ctx, ids)
+	require.NoError(t, err)
+	for _, id := range ids {
+		g, ok := got[id]
+		e, gerr := kv.Get(ctx, id)
+		switch {
+		case id == "s0002":
+			require.False(t, ok, "a value that is not a state is left out")
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			require.True(t, ok, id)
+			require.Nil(t, g.state, id)
+		default:
+			require.NoError(t, gerr)
+			require.True(t, ok, id)
+			require.NotNil(t, g.state, id)
+			require.Equal(t, want[id], g.state.Seq, id)
+			require.Equal(t, e.Revision(), g.rev, id)
+		}
+	}
+	require.NotZero(t, got["s0001"].rev, "a deletion's revision")
 }

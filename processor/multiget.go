@@ -96,13 +96,14 @@ func (p *Processor) readStatesOnce(ctx context.Context, ids []string, out map[st
 		if !ok {
 			return fmt.Errorf("processor: reading %d states: an answer for subject %q", len(ids), m.Header.Get("Nats-Subject"))
 		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			out[id] = prefetched{}
-			continue
-		}
 		rev, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
 		if err != nil {
 			return fmt.Errorf("processor: reading %d states: sequence of %s: %w", len(ids), id, err)
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			// No state; its store swaps the deletion for one.
+			out[id] = prefetched{rev: rev}
+			continue
 		}
 		st, err := UnmarshalState(m.Data)
 		if err != nil {

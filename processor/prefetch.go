@@ -47,7 +47,7 @@ type span struct {
 
 // prefetched is what the prefetch read of one session's stored state.
 type prefetched struct {
-	rev   uint64 // the state's revision in the bucket
+	rev   uint64 // the state's revision in the bucket (or its deletion's)
 	state *State // nil: no state stored
 }
 

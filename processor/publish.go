@@ -92,7 +92,7 @@ func (p *Processor) send(ctx context.Context, b *budget, pub *published) error {
 
 // sendVerdicts publishes the outputs publishAll held back (atomic batches
 // on), leaving out those of sessions the batch left: as one atomic batch
-// when there are two or more, each on its own otherwise and for whatever
+// when there are minAtomicBatch or more, each on its own otherwise and for whatever
 // a batch did not commit (a verdict published before, a lost reply), in
 // order, a spill's announcement confirmed before what follows it. A
 // session whose output cannot be published is parked (park decides what
@@ -105,7 +105,7 @@ func (s *shard) sendVerdicts(ctx context.Context, b *budget, pubs []published, f
 			held = append(held, i)
 		}
 	}
-	if len(held) > 1 {
+	if len(held) >= minAtomicBatch {
 		msgs := make([]*nats.Msg, len(held))
 		for k, i := range held {
 			msgs[k] = pubs[i].msg

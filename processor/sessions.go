@@ -116,9 +116,9 @@ func (s *shard) current(d delivery, id string) bool {
 // read reads a session's stored state into the cache.
 func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error) {
 	if got, ok := s.pre.state(id); ok {
-		sess := &session{id: id, fresh: true}
+		sess := &session{id: id, fresh: true, rev: got.rev}
 		if got.state != nil {
-			sess.l, sess.seq, sess.rev = &got.state.Ledger, got.state.Seq, got.rev
+			sess.l, sess.seq = &got.state.Ledger, got.state.Seq
 		}
 		s.put(sess)
 		s.woken++
@@ -167,8 +167,8 @@ type sentStore struct {
 // sendStores sends the state of every session in touched to the bucket at
 // once, each a compare-and-swap on the session's revision (what kv.Update
 // and kv.Create publish), so that a batch waits for one round trip rather
-// than one per session. With atomic batches on, two or more states go as
-// one atomic batch first (one fsync for all of them on a server that syncs
+// than one per session. With atomic batches on, minAtomicBatch or more
+// states go as one atomic batch first (one fsync for all of them on a server that syncs
 // every write); if it does not commit, nothing of it is stored, and each
 // state is sent on its own. stored then takes each ack; whatever did not
 // plainly succeed goes through store, which sorts out conflicts and lost
@@ -192,7 +192,7 @@ func (s *shard) sendStores(ctx context.Context, touched []*session, fenced map[s
 		out = append(out, sentStore{sess: sess, sent: time.Now()})
 		msgs = append(msgs, msg)
 	}
-	if len(msgs) > 1 && p.batches.on(true) {
+	if len(msgs) >= minAtomicBatch && p.batches.on(true) {
 		seqs, err := p.batches.write(ctx, true, msgs)
 		for k, seq := range seqs {
 			s.storedAt(out[k].sess, seq, out[k].sent)
