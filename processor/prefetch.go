@@ -12,12 +12,13 @@ import (
 // after another while deciding a batch, made at once before it begins.
 //
 // A fleet's batch mostly holds sessions the shard does not have in memory,
-// each read from the bucket and caught up from the events stream: three or
-// four lookups per input, each a round trip, one after another. The
-// prefetch sends them concurrently when the batch arrives and keeps the
-// answers; the batch then decides exactly as before, taking an answer from
-// the prefetch where there is one and asking the server where there is
-// not (a failed prefetch is only asked again, with the batch's retries).
+// each read from the bucket and caught up from the events stream: two or
+// three lookups per input, each a round trip, one after another. The
+// prefetch reads every state of the batch in one request (multiget.go),
+// then sends the lookups concurrently, and keeps the answers; the batch
+// then decides exactly as before, taking an answer from the prefetch where
+// there is one and asking the server where there is not (a failed
+// prefetch is only asked again, with the batch's retries).
 //
 // The answers are as good as the ones the batch would get: a state read
 // early is checked by the compare-and-swap that stores the session, like
