@@ -116,3 +116,55 @@ func TestRepeatedVerdictsFallBackOneByOne(t *testing.T) {
 		require.Equal(t, seqs[i], s.Seq, "session %d moved on past its new turn", i)
 	}
 }
+
+// TestFencedSessionInAnAtomicBatch: a session whose state another writer
+// changed under a running instance fails the compare-and-swap of the
+// atomic batch that holds it, which then stores nothing; written again one
+// by one, the other sessions are stored and that one is left to be read
+// again and decided on its redelivery. Every session ends past its turn,
+// applied once.
+func TestFencedSessionInAnAtomicBatch(t *testing.T) {
+	const sessions = 400
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.AckWait = 2 * time.Second
+	subj := cfg.Subjects()
+	_, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	line := func(id, session, typ, data string) *nats.Msg {
+		return binaryMsg(t, subj, fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":%q,"data":%s}`, id, typ, session, data))
+	}
+	var opens, turns []*nats.Msg
+	for i := range sessions {
+		s := fmt.Sprintf("fence-%04d", i)
+		opens = append(opens, line(s+"-o", s, "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`))
+		turns = append(turns, line(s+"-t", s, "turn.appended", `{"offset":0,"size":1,"role":"user","content":"hello"}`))
+	}
+	r := e.start(t, cfg)
+	e.publishOrdered(t, opens)
+	e.waitIdle(t, cfg, time.Minute)
+
+	// Another writer stores the same state again under the running
+	// instance, which holds the session with the revision before.
+	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
+	require.NoError(t, err)
+	victim := "fence-0007"
+	en, err := kv.Get(e.ctx, victim)
+	require.NoError(t, err)
+	_, err = kv.Put(e.ctx, victim, en.Value())
+	require.NoError(t, err)
+
+	seqs := e.publishOrdered(t, turns)
+	e.waitIdle(t, cfg, time.Minute)
+	st := r.p.Stats()
+	require.NoError(t, r.stop(t))
+	t.Logf("%d writes in %d atomic batches, %d fell back; %d fenced", st.BatchedWrites, st.AtomicBatches, st.BatchFallbacks, st.Fenced)
+	require.Equal(t, uint64(1), st.Fenced, "only the session changed under the instance is left")
+	states := e.kvStates(t, cfg)
+	for i := range sessions {
+		s, err := processor.UnmarshalState(states[fmt.Sprintf("fence-%04d", i)])
+		require.NoError(t, err)
+		require.Equal(t, seqs[i], s.Seq, "session %d is past its turn", i)
+	}
+	require.Empty(t, e.verdicts(t, cfg), "every turn accepted, none applied twice")
+}

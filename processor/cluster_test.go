@@ -102,10 +102,11 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 	cl.WaitReady(t)
 
 	pub.waitIdle(t, ccfg, 3*time.Minute)
-	var fenced, caught, reloaded uint64
+	var fenced, caught, reloaded, batches uint64
 	for i, r := range runs {
 		st := r.p.Stats()
-		t.Logf("instance %d: %d decided, %d fenced, %d reloaded, %d caught up", i, st.Handled, st.Fenced, st.Reloaded, st.CaughtUp)
+		t.Logf("instance %d: %d decided, %d fenced, %d reloaded, %d caught up, %d writes in %d atomic batches (%d fell back)", i, st.Handled, st.Fenced, st.Reloaded, st.CaughtUp, st.BatchedWrites, st.AtomicBatches, st.BatchFallbacks)
+		batches += st.AtomicBatches
 		fenced += st.Fenced
 		caught += st.CaughtUp
 		reloaded += st.Reloaded
@@ -113,6 +114,7 @@ func TestClusterScaleOutAndFailover(t *testing.T) {
 			require.NoError(t, r.stop(t))
 		}
 	}
+	require.Positive(t, batches, "replicated streams took atomic batches")
 	got := pub.outcome(t, ccfg)
 	defer dumpSessions(t, pub, ccfg, ref, got)
 	requireSameOutcome(t, ref, got)
