@@ -23,215 +23,277 @@ import (
 // session, which every instance reads). It returns an error only when the
 // consumer is gone.
 func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, part int, lease *leases, shards []*shard) error {
-	name := cons.CachedInfo().Name
-	// A message delivered before but not acknowledged (to a process that
-	// died, to an instance that lost the partition, or lost on the way with
-	// a connection or a restarted server) is redelivered only when its ack
-	// deadline passes, interleaved with new messages: later messages of its
-	// session may arrive first. horizon is the highest stream sequence such
-	// a message may have; every session catches up to it from the stream
-	// before it goes on (see catchUp), after reading its stored state again
-	// (another instance may have moved it on). horizon is raised to what the
-	// consumer has delivered whenever this instance's delivery sequence
-	// breaks, which is how a lost delivery or a partition that changed hands
-	// shows.
-	//
-	// Before the first fetch after taking the partition's lease, the
-	// consumer's state says what was delivered before: if some of it is
-	// unacknowledged, horizon rises to the highest stream sequence
-	// delivered; if none is, nothing can be pending elsewhere. Either way
-	// the next delivery must follow on from that state, or the sequence has
-	// broken.
-	win := &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}
-	send := func(subject string, d delivery) {
-		s := shards[shardOf(subject, len(shards))]
-		select {
-		case s.q <- d:
-		case <-hard.Done():
-		}
-	}
-	var horizon, lastDelivery, epoch uint64
-	// takeOver reads the consumer's state when this instance begins to
-	// consume it (at the start, or on taking the partition's lease): what
-	// was delivered before and is still pending must be in the window
-	// before anything delivered here is acknowledged.
-	errStopped := errors.New("stopped")
-	takeOver := func() error {
-		either, stop := context.WithCancel(hard)
-		defer context.AfterFunc(ctx, stop)()
-		h, last, floor, err := p.startState(either, cons)
-		stopped := either.Err() != nil
-		stop()
-		switch {
-		case err != nil && stopped:
-			return errStopped
-		case err != nil:
-			err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, err)
-			p.log.Error("consumer stopped", "err", err)
-			return err
-		}
-		lastDelivery = last
-		if h > 0 {
-			horizon = max(horizon, h)
-			for _, m := range p.adopt(hard, cons, part, win, floor, h) {
-				m.part, m.epoch = part, epoch
-				send(p.route(m.markSubject), m)
-			}
-		}
-		return nil
-	}
-	if part < 0 {
-		if err := takeOver(); err != nil {
+	f := &fetcher{p: p, ctx: ctx, hard: hard, cons: cons, name: cons.CachedInfo().Name, part: part, lease: lease, shards: shards,
+		win: &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}, lastPrune: time.Now()}
+	return f.run()
+}
+
+// fetcher is one consumer's fetch loop and what it keeps between fetches.
+//
+// A message delivered before but not acknowledged (to a process that died,
+// to an instance that lost the partition, or lost on the way with a
+// connection or a restarted server) is redelivered only when its ack
+// deadline passes, interleaved with new messages: later messages of its
+// session may arrive first. horizon is the highest stream sequence such a
+// message may have; every session catches up to it from the stream before
+// it goes on (see catchUp), after reading its stored state again (another
+// instance may have moved it on). horizon is raised to what the consumer
+// has delivered whenever this instance's delivery sequence breaks, which
+// is how a lost delivery or a partition that changed hands shows.
+//
+// Before the first fetch after taking the partition's lease, the
+// consumer's state says what was delivered before: if some of it is
+// unacknowledged, horizon rises to the highest stream sequence delivered;
+// if none is, nothing can be pending elsewhere. Either way the next
+// delivery must follow on from that state, or the sequence has broken.
+type fetcher struct {
+	p         *Processor
+	ctx, hard context.Context // drain, abort
+	cons      jetstream.Consumer
+	name      string
+	part      int
+	lease     *leases
+	shards    []*shard
+	win       *ackWindow // what this consumer delivered and has not acknowledged
+
+	horizon      uint64 // see above
+	lastDelivery uint64 // consumer sequence of the last delivery
+	epoch        uint64 // of the partition's lease, at the last fetch
+	owned        bool   // the lease was held at the last look
+	lastPrune    time.Time
+}
+
+// errStopped means the fetcher stopped before it took the consumer over.
+var errStopped = errors.New("processor: stopped")
+
+// run fetches until the fetcher is stopped or the consumer is gone.
+//
+// It fetches in batches rather than keep a pull request open: a fetch ends
+// with the server's own answer (batch full, or its expiry), which comes
+// after its last message. So a drain finishes the fetch in flight and
+// stops with no delivery on the way: nothing it was sent stays
+// unacknowledged until the ack deadline (a continuous pull, unsubscribed,
+// can lose a message the server was sending at that moment).
+func (f *fetcher) run() error {
+	if f.part < 0 {
+		if err := f.takeOver(); err != nil {
 			if err == errStopped {
 				return nil // stopped before it began
 			}
 			return err
 		}
 	}
-	dispatch := func(msg jetstream.Msg) {
-		meta, merr := msg.Metadata()
-		var marks []delivery
-		if merr == nil {
-			if meta.Sequence.Consumer != lastDelivery+1 {
-				delivered, floor := p.delivered(hard, cons)
-				h := max(delivered, meta.Sequence.Stream)
-				if lastDelivery != 0 {
-					p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
-						"consumer", name, "after", lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
-				}
-				horizon = max(horizon, h)
-				marks = p.adopt(hard, cons, part, win, floor, h)
-			}
-			lastDelivery = meta.Sequence.Consumer
-		}
-		d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: horizon, at: time.Now(), part: part, epoch: epoch}
+	for attempt := 0; f.ctx.Err() == nil && f.hard.Err() == nil; {
+		f.unblock()
+		wait, ok, err := f.hold()
 		switch {
-		case merr == nil && p.foreign(msg.Subject(), part):
-			// Another partition's session's resume: its own consumer
-			// decides it; here it is only finished, in its place.
-			win.add(meta.Sequence.Stream, msg)
-			win.finish(meta.Sequence.Stream, msg, "")
-			for _, a := range win.release() {
-				p.sendAck(a)
-			}
-		case merr == nil:
-			d.win = win
-			win.add(meta.Sequence.Stream, msg)
-			send(p.route(msg.Subject()), d)
-		default:
-			send(p.route(msg.Subject()), d)
+		case err == errStopped:
+			return nil
+		case err != nil:
+			return err
+		case !ok:
+			continue
 		}
-		for i := range marks {
-			marks[i].part, marks[i].epoch = part, epoch
-		}
-		// The markers follow the message that showed the break, so that it
-		// is decided on its own delivery, not caught up ahead of it.
-		for _, m := range marks {
-			send(p.route(m.markSubject), m)
-		}
-	}
-
-	// Fetch in batches rather than keep a pull request open: a fetch ends
-	// with the server's own answer (batch full, or its expiry), which comes
-	// after its last message. So a drain finishes the fetch in flight and
-	// stops with no delivery on the way: nothing it was sent stays
-	// unacknowledged until the ack deadline (a continuous pull, unsubscribed,
-	// can lose a message the server was sending at that moment).
-	// An input held in the window that another instance has since
-	// acknowledged (its session was fenced here, or it was held from a
-	// listing) is never delivered here again: while the window is blocked,
-	// the consumer's ack floor is read now and then, and what is at or
-	// below it is dropped from the window.
-	owned := false // the lease was held at the last look
-	lastPrune := time.Now()
-	unblock := func() {
-		if win.explicit || time.Since(lastPrune) < pruneEvery || !win.blocked() {
-			return
-		}
-		lastPrune = time.Now()
-		_, floor := p.delivered(hard, cons)
-		win.prune(floor)
-		for _, a := range win.release() {
-			p.sendAck(a)
-		}
-	}
-	for attempt := 0; ctx.Err() == nil && hard.Err() == nil; {
-		unblock()
-		wait := fetchWait
-		if part >= 0 {
-			changed := lease.changed() // before begin: no change is missed
-			w, ep, ok := lease.begin(part, fetchWait)
-			if !ok {
-				owned = false
-				t := time.NewTimer(leaseIdle)
-				select {
-				case <-changed:
-				case <-t.C:
-				case <-ctx.Done():
-				case <-hard.Done():
-				}
-				t.Stop()
-				continue
-			}
-			wait = w
-			if ep != epoch {
-				owned = false // taken again since the last fetch
-				epoch = ep
-			}
-			if !owned {
-				if err := takeOver(); err != nil {
-					lease.end(part)
-					if err == errStopped {
-						return nil
-					}
-					return err
-				}
-				owned = true
-			}
-		}
-		batch, err := cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(wait), jetstream.FetchMaxBytes(p.fetchBytes()))
-		if err == nil {
-			msgs := batch.Messages()
-		recv:
-			for {
-				select {
-				case msg, ok := <-msgs:
-					if !ok {
-						break recv
-					}
-					dispatch(msg)
-				case <-hard.Done():
-					break recv
-				}
-			}
-			err = batch.Error()
-		}
-		if part >= 0 {
-			lease.end(part)
+		err = f.fetchOnce(wait)
+		if f.part >= 0 {
+			f.lease.end(f.part)
 		}
 		// A fetch that filled its count with bytes to spare, or its bytes,
 		// may end with the server saying so: that is no failure.
-		if err == nil || hard.Err() != nil || errors.Is(err, jetstream.ErrBatchCompleted) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
-			p.health.clear("consumer " + name)
+		if err == nil || f.hard.Err() != nil || errors.Is(err, jetstream.ErrBatchCompleted) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
+			f.p.health.clear("consumer " + f.name)
 			attempt = 0
 			continue
 		}
-		if _, ierr := cons.Info(hard); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
-			err := fmt.Errorf("processor: consumer %s on %s stopped: %w", name, p.cfg.Names().Events, errors.Join(err, ierr))
-			p.log.Error("consumer stopped", "err", err)
+		if err := f.failed(err, attempt); err != nil {
 			return err
 		}
-		p.noticeFailure(err)
-		p.log.Warn("fetching failed; retrying", "consumer", name, "err", err)
-		if attempt >= 2 {
-			p.health.set("consumer "+name, fmt.Errorf("fetching fails: %w", err))
-		}
-		if sleep(hard, backoff(attempt)) != nil {
+		if sleep(f.hard, backoff(attempt)) != nil {
 			return nil
 		}
 		attempt++
 	}
 	return nil
+}
+
+// hold takes the partition's lease for one fetch and returns how long the
+// fetch may wait; not ok when the lease is not this instance's (after
+// waiting a while for it to change). On taking the partition anew it takes
+// the consumer over first. The consumer of subjects that name no session
+// needs no lease.
+func (f *fetcher) hold() (wait time.Duration, ok bool, err error) {
+	if f.part < 0 {
+		return fetchWait, true, nil
+	}
+	changed := f.lease.changed() // before begin: no change is missed
+	w, ep, ok := f.lease.begin(f.part, fetchWait)
+	if !ok {
+		f.owned = false
+		t := time.NewTimer(leaseIdle)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-f.ctx.Done():
+		case <-f.hard.Done():
+		}
+		t.Stop()
+		return 0, false, nil
+	}
+	if ep != f.epoch {
+		f.owned = false // taken again since the last fetch
+		f.epoch = ep
+	}
+	if !f.owned {
+		if err := f.takeOver(); err != nil {
+			f.lease.end(f.part)
+			return 0, false, err
+		}
+		f.owned = true
+	}
+	return w, true, nil
+}
+
+// fetchOnce fetches one batch and dispatches its messages.
+func (f *fetcher) fetchOnce(wait time.Duration) error {
+	p := f.p
+	batch, err := f.cons.Fetch(p.cfg.MaxBatch*2, jetstream.FetchMaxWait(wait), jetstream.FetchMaxBytes(p.fetchBytes()))
+	if err != nil {
+		return err
+	}
+	msgs := batch.Messages()
+	for {
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				return batch.Error()
+			}
+			f.dispatch(msg)
+		case <-f.hard.Done():
+			return batch.Error()
+		}
+	}
+}
+
+// failed reports a fetch that failed, and returns an error when the
+// consumer is gone.
+func (f *fetcher) failed(err error, attempt int) error {
+	p := f.p
+	if _, ierr := f.cons.Info(f.hard); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
+		err := fmt.Errorf("processor: consumer %s on %s stopped: %w", f.name, p.cfg.Names().Events, errors.Join(err, ierr))
+		p.log.Error("consumer stopped", "err", err)
+		return err
+	}
+	p.noticeFailure(err)
+	p.log.Warn("fetching failed; retrying", "consumer", f.name, "err", err)
+	if attempt >= 2 {
+		p.health.set("consumer "+f.name, fmt.Errorf("fetching fails: %w", err))
+	}
+	return nil
+}
+
+// send hands d to the shard of subject.
+func (f *fetcher) send(subject string, d delivery) {
+	s := f.shards[shardOf(subject, len(f.shards))]
+	select {
+	case s.q <- d:
+	case <-f.hard.Done():
+	}
+}
+
+// sendMarks sends markers (see adopt) under the fetcher's partition and
+// lease.
+func (f *fetcher) sendMarks(marks []delivery) {
+	for _, m := range marks {
+		m.part, m.epoch = f.part, f.epoch
+		f.send(f.p.route(m.markSubject), m)
+	}
+}
+
+// takeOver reads the consumer's state when this instance begins to consume
+// it (at the start, or on taking the partition's lease): what was delivered
+// before and is still pending must be in the window before anything
+// delivered here is acknowledged.
+func (f *fetcher) takeOver() error {
+	p := f.p
+	either, stop := context.WithCancel(f.hard)
+	defer context.AfterFunc(f.ctx, stop)()
+	h, last, floor, err := p.startState(either, f.cons)
+	stopped := either.Err() != nil
+	stop()
+	switch {
+	case err != nil && stopped:
+		return errStopped
+	case err != nil:
+		err := fmt.Errorf("processor: consumer %s on %s stopped: %w", f.name, p.cfg.Names().Events, err)
+		p.log.Error("consumer stopped", "err", err)
+		return err
+	}
+	f.lastDelivery = last
+	if h > 0 {
+		f.horizon = max(f.horizon, h)
+		f.sendMarks(p.adopt(f.hard, f.cons, f.part, f.win, floor, h))
+	}
+	return nil
+}
+
+// dispatch sends one delivered message to its shard, after noticing a
+// break in the delivery sequence (then the markers of what is pending
+// follow it).
+func (f *fetcher) dispatch(msg jetstream.Msg) {
+	p := f.p
+	meta, merr := msg.Metadata()
+	var marks []delivery
+	if merr == nil {
+		if meta.Sequence.Consumer != f.lastDelivery+1 {
+			delivered, floor := p.delivered(f.hard, f.cons)
+			h := max(delivered, meta.Sequence.Stream)
+			if f.lastDelivery != 0 {
+				p.log.Info("a delivery was lost or the partition changed hands; sessions catch up from the stream",
+					"consumer", f.name, "after", f.lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
+			}
+			f.horizon = max(f.horizon, h)
+			marks = p.adopt(f.hard, f.cons, f.part, f.win, floor, h)
+		}
+		f.lastDelivery = meta.Sequence.Consumer
+	}
+	d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: f.horizon, at: time.Now(), part: f.part, epoch: f.epoch}
+	switch {
+	case merr == nil && p.foreign(msg.Subject(), f.part):
+		// Another partition's session's resume: its own consumer decides
+		// it; here it is only finished, in its place.
+		f.win.add(meta.Sequence.Stream, msg)
+		f.win.finish(meta.Sequence.Stream, msg, "")
+		for _, a := range f.win.release() {
+			p.sendAck(a)
+		}
+	case merr == nil:
+		d.win = f.win
+		f.win.add(meta.Sequence.Stream, msg)
+		f.send(p.route(msg.Subject()), d)
+	default:
+		f.send(p.route(msg.Subject()), d)
+	}
+	// The markers follow the message that showed the break, so that it is
+	// decided on its own delivery, not caught up ahead of it.
+	f.sendMarks(marks)
+}
+
+// unblock: an input held in the window that another instance has since
+// acknowledged (its session was fenced here, or it was held from a
+// listing) is never delivered here again. While the window is blocked, the
+// consumer's ack floor is read now and then, and what is at or below it is
+// dropped from the window.
+func (f *fetcher) unblock() {
+	p := f.p
+	if f.win.explicit || time.Since(f.lastPrune) < pruneEvery || !f.win.blocked() {
+		return
+	}
+	f.lastPrune = time.Now()
+	_, floor := p.delivered(f.hard, f.cons)
+	f.win.prune(floor)
+	for _, a := range f.win.release() {
+		p.sendAck(a)
+	}
 }
 
 // fetchWait is how long one fetch waits for messages, and so the longest a
