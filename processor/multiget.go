@@ -55,7 +55,7 @@ func (p *Processor) readStatesOnce(ctx context.Context, ids []string, out map[st
 		return err
 	}
 	nc := p.js.Conn()
-	inbox := nc.NewRespInbox()
+	inbox := nc.NewInbox() // not under the request mux: its subscription would get every answer too
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return fmt.Errorf("processor: reading %d states: %w", len(ids), err)

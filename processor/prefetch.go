@@ -168,15 +168,17 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
 	s.readControlled(ctx)
-	if len(tasks) > 1 {
+	if len(tasks) > 1 && !s.p.multiGetOff.Load() {
 		ids := make([]string, len(tasks))
 		for i, t := range tasks {
 			ids[i] = t.id
 		}
 		if got, err := s.p.readStates(ctx, ids); err == nil {
 			pf.states = got
-		} else {
-			s.p.log.Debug("reading a batch's states at once failed; reading each", "sessions", len(ids), "err", err)
+		} else if ctx.Err() == nil && !s.p.multiGetOff.Swap(true) {
+			// Most likely an identity that may not make the request (no
+			// answer comes): every batch would wait for it.
+			s.p.log.Warn("reading a batch's states in one request failed; reading each on its own from now on (the processor's identity needs publish on $JS.API.DIRECT.GET.<bucket stream>)", "sessions", len(ids), "err", err)
 		}
 	}
 	var mu sync.Mutex

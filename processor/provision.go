@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +27,10 @@ type Resources struct {
 	Leases   jetstream.KeyValue
 	// SessionsMaxValue is the session bucket's value limit, 0 for none.
 	SessionsMaxValue int
+	// StatesNotAtomic, when set, says why the session bucket does not
+	// take atomic batches (its stream could not be updated to allow them):
+	// states are then written one at a time.
+	StatesNotAtomic error
 	// Partitions is the partition count in force: the configuration's,
 	// or, where it leaves it 0, the existing events stream's (the default
 	// for a new stream).
@@ -126,9 +131,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 			res.SessionsMaxValue = int(info.StreamInfo().Config.MaxMsgSize)
 		}
 	}
-	if err := allowAtomic(ctx, js, "KV_"+n.Sessions); err != nil {
-		return nil, err
-	}
+	// An identity that may not update the bucket's stream still serves,
+	// writing each state on its own.
+	res.StatesNotAtomic = allowAtomic(ctx, js, "KV_"+n.Sessions)
 	res.Spills, err = ensureSpills(ctx, js, n.Spills, storage, c)
 	if err != nil {
 		return nil, err
@@ -145,6 +150,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	return &res, nil
 }
 
+// allowAtomicWait bounds allowAtomic's update.
+const allowAtomicWait = 5 * time.Second
+
 // allowAtomic turns on atomic batch publishes in the stream named (the
 // session bucket's: a batch's states are written as one atomic batch, see
 // batch.go), in place, where they are off.
@@ -158,6 +166,10 @@ func allowAtomic(ctx context.Context, js jetstream.JetStream, name string) error
 		return nil
 	}
 	cfg.AllowAtomicPublish = true
+	// An identity without the permission gets no answer: it waits only
+	// so long.
+	ctx, cancel := context.WithTimeout(ctx, allowAtomicWait)
+	defer cancel()
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("processor: update stream %s (allow atomic batch publishes): %w", name, err)
 	}

@@ -54,7 +54,10 @@ type Processor struct {
 	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
 	expired, readAhead, readInBatch              atomic.Uint64
 	parkedInputs                                 atomic.Uint64
-	cached                                       atomic.Int64 // sessions the shards hold
+	// multiGetOff: a batch read of states failed; states are read one
+	// request each (prefetch.go).
+	multiGetOff atomic.Bool
+	cached      atomic.Int64 // sessions the shards hold
 }
 
 // Option adjusts a Processor for tests.
@@ -116,6 +119,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	p.batches.p = p
 	for _, o := range opts {
 		o(p)
+	}
+	if err := res.StatesNotAtomic; err != nil && !cfg.NoAtomicBatches {
+		p.batches.offStates.Store(true)
+		p.log.Warn("session states are written one at a time: the session bucket does not allow atomic batches", "err", err)
 	}
 	p.denied.log, p.denied.obs = p.log, p.obs
 	p.enc = events.Encoder{Source: cfg.Source, Subjects: p.subj, Now: p.now}

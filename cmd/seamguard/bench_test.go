@@ -80,8 +80,9 @@ func TestBenchQuick(t *testing.T) {
 		require.Len(t, in.PerMessageRounds, in.Rounds)
 		require.InDelta(t, in.PerMessagePerSec/in.RawPerSec, in.PerMessageRatio, 1e-9)
 		require.InDelta(t, in.SeamguardPerSec/in.PerMessagePerSec, in.AtomicOverPerMessage, 1e-9)
-		require.Positive(t, in.AtomicBatches, "the default processor writes atomic batches")
-		require.GreaterOrEqual(t, in.BatchedWrites, in.AtomicBatches)
+		// Ten sessions give a batch fewer states than an atomic batch is
+		// worth (minAtomicBatch): batches are counted, not required.
+		require.GreaterOrEqual(t, in.BatchedWrites, 16*in.AtomicBatches, "an atomic batch holds at least 16 writes")
 	}
 	require.NotNil(t, rep.Latency)
 	require.Positive(t, rep.Latency.Raw.P50)
