@@ -295,10 +295,15 @@ func (rc *recovery) request(ctx context.Context, rq events.RecoverRequest) (*nat
 		m, err := rc.c.nc.RequestWithContext(actx, rc.subject, body)
 		cancel()
 		if err != nil {
-			last = err
 			if ctx.Err() != nil {
-				return nil, rc.gaveUp(rq, attempt+1, errors.Join(err, ctx.Err()))
+				// Cut short by the caller's context: what the
+				// attempts before saw says more than the cut.
+				if last == nil || !errors.Is(err, ctx.Err()) {
+					last = errors.Join(last, err)
+				}
+				return nil, rc.gaveUp(rq, attempt+1, errors.Join(last, ctx.Err()))
 			}
+			last = err
 			if !transient(err) {
 				return nil, rc.gaveUp(rq, attempt+1, err)
 			}
