@@ -324,4 +324,3 @@ func (e *env) forge(t *testing.T, subject string, h nats.Header, body []byte) {
 	_, err := e.srv.JS.PublishMsg(e.ctx, m)
 	require.NoError(t, err)
 }
-
