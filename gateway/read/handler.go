@@ -143,3 +143,6 @@ func problem(w http.ResponseWriter, status int, detail string) {
 func (h *Handler) writeDeadline(rc *http.ResponseController) {
 	_ = rc.SetWriteDeadline(time.Now().Add(orDefault(h.cfg.WriteTimeout, DefaultWriteTimeout)))
 }
+
+// OpenStreams is the number of verdict streams open now.
+func (h *Handler) OpenStreams() int { return len(h.streams) }

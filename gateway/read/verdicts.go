@@ -89,14 +89,14 @@ func parseQuery(r *http.Request) (streamQuery, error) {
 // filter is the subject filter of q: its session and, if it names one,
 // its kind.
 func (h *Handler) filter(q streamQuery) string {
-	session, kind := q.session, "*"
-	if session == "" {
-		session = "*"
-	}
+	kind := "*"
 	if len(q.kinds) == 1 {
 		kind = q.kinds[0]
 	}
-	return h.subj.Verdict(session, kind)
+	if q.session == "" {
+		return h.subj.VerdictsWildcard(kind) // <prefix>.verdicts.*.<kind>
+	}
+	return h.subj.Verdict(q.session, kind) // <prefix>.verdicts.<session>.<kind>
 }
 
 // Verdicts serves GET /v1/verdicts: the verdicts of the verdict stream
