@@ -66,7 +66,8 @@ func statusOf(err error) int {
 // connected from a loopback address (127.0.0.0/8, ::1) may read
 // everything, any other is denied with 403. The contract allows a
 // listener without a token file only on a loopback address; Loopback
-// holds to that whatever the listener.
+// holds to that whatever the listener. Behind a proxy on the same host
+// every caller is on a loopback address: give such a gateway credentials.
 type Loopback struct{}
 
 // Session allows loopback callers.
