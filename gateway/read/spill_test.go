@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -152,4 +153,38 @@ func TestSpillBusy(t *testing.T) {
 	resp = get(t, e.http.URL, http.MethodGet, "/v1/sessions/s/spills/1")
 	b = body(t, resp)
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+}
+
+// TestSpillDamaged: a chain that does not verify is a 500 naming the
+// spill, never a 200 with a wrong body.
+func TestSpillDamaged(t *testing.T) {
+	e := newEnv(t, Loopback{}, Config{})
+	e.play(t, "s", chainStory("s"), 4)
+	obs, err := e.srv.JS.ObjectStore(e.ctx, e.cfg.Names().Spills)
+	require.NoError(t, err)
+
+	// s/1.jsonl's chunks are gone: reading it, or s/2 after it, finds fewer
+	// chunks than its info says.
+	info, err := obs.GetInfo(e.ctx, "s/1.jsonl")
+	require.NoError(t, err)
+	str, err := e.srv.JS.Stream(e.ctx, "OBJ_"+e.cfg.Names().Spills)
+	require.NoError(t, err)
+	require.NoError(t, str.Purge(e.ctx, jetstream.WithPurgeSubject("$O."+e.cfg.Names().Spills+".C."+info.NUID)))
+	for _, n := range []string{"1", "2"} {
+		resp := get(t, e.http.URL, http.MethodGet, "/v1/sessions/s/spills/"+n)
+		b := body(t, resp)
+		assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", b)
+		assert.Contains(t, string(b), "cannot be served whole")
+		assert.Empty(t, resp.Header.Get("Digest"))
+	}
+
+	// s/1.jsonl deleted: s/2's chain is broken, s/1 is not found.
+	require.NoError(t, obs.Delete(e.ctx, "s/1.jsonl"))
+	resp := get(t, e.http.URL, http.MethodGet, "/v1/sessions/s/spills/2")
+	b := body(t, resp)
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", b)
+	assert.Contains(t, string(b), "s/1.jsonl")
+	resp = get(t, e.http.URL, http.MethodGet, "/v1/sessions/s/spills/1")
+	b = body(t, resp)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", b)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -279,4 +280,19 @@ func TestVerdictsAccessAndQuery(t *testing.T) {
 		assert.Equal(t, ContentTypeProblem, resp.Header.Get("Content-Type"), c.query)
 		assert.True(t, strings.Contains(string(b), `"status":`+strconv.Itoa(c.status)), "%s: %s", c.query, b)
 	}
+}
+
+// TestVerdictsResumeAfterRetention: a Last-Event-ID older than the
+// stream's first verdict resumes at that first verdict.
+func TestVerdictsResumeAfterRetention(t *testing.T) {
+	e := newEnv(t, Loopback{}, Config{})
+	e.play(t, "s", chainStory("s"), 4)
+	str, err := e.srv.JS.Stream(e.ctx, e.cfg.Names().Verdicts)
+	require.NoError(t, err)
+	require.NoError(t, str.Purge(e.ctx, jetstream.WithPurgeSequence(3))) // keeps 3 and 4
+	s, resp := openSSE(t, e.http.URL, "/v1/verdicts?session=s", "Last-Event-ID", "1")
+	require.NotNil(t, s, "status %d", resp.StatusCode)
+	assert.Equal(t, "3", s.next(t, wait).ID)
+	assert.Equal(t, "4", s.next(t, wait).ID)
+	s.none(t, 200*time.Millisecond)
 }
