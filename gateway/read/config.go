@@ -13,11 +13,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxStreams    = 256
-	DefaultMaxSpillReads = 16
-	DefaultHeartbeat     = 15 * time.Second
-	DefaultWriteTimeout  = 30 * time.Second
-	DefaultDigestCache   = 1024
+	DefaultMaxStreams     = 256
+	DefaultSessionStreams = 8
+	DefaultMaxSpillReads  = 16
+	DefaultHeartbeat      = 15 * time.Second
+	DefaultWriteTimeout   = 30 * time.Second
+	DefaultDigestCache    = 1024
 )
 
 // Config is what a Handler reads and how much it serves at once. Its zero
@@ -36,6 +37,11 @@ type Config struct {
 	// MaxStreams bounds the verdict streams open at once over all callers;
 	// 0 means DefaultMaxStreams.
 	MaxStreams int
+	// SessionStreams bounds the verdict streams open at once on one
+	// session (and those of every session, an operator's, count as one
+	// more session), so that one session's readers cannot take every
+	// stream; 0 means DefaultSessionStreams.
+	SessionStreams int
 	// MaxSpillReads bounds the spill reads in flight at once; 0 means
 	// DefaultMaxSpillReads.
 	MaxSpillReads int
@@ -68,7 +74,7 @@ func (c Config) Validate() error {
 		name string
 		v    int
 		def  int
-	}{{"MaxStreams", c.MaxStreams, DefaultMaxStreams}, {"MaxSpillReads", c.MaxSpillReads, DefaultMaxSpillReads}, {"DigestCache", c.DigestCache, DefaultDigestCache}} {
+	}{{"MaxStreams", c.MaxStreams, DefaultMaxStreams}, {"SessionStreams", c.SessionStreams, DefaultSessionStreams}, {"MaxSpillReads", c.MaxSpillReads, DefaultMaxSpillReads}, {"DigestCache", c.DigestCache, DefaultDigestCache}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("read: Config.%s is %d; use 0 for the default of %d, or a positive number", f.name, f.v, f.def))
 		}

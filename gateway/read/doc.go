@@ -52,6 +52,8 @@
 // # Concurrency
 //
 // A Handler is safe for concurrent use. Config.MaxStreams bounds the open
-// event streams and Config.MaxSpillReads the spill reads in flight; a
-// request beyond either is answered 503 with Retry-After.
+// event streams, Config.SessionStreams those of one session (so one
+// session's readers cannot take them all), and Config.MaxSpillReads the
+// spill reads in flight; a request beyond any is answered 503 with
+// Retry-After.
 package read

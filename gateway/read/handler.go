@@ -46,8 +46,9 @@ type Handler struct {
 	streams    chan struct{} // a token per open verdict stream
 	spillReads chan struct{} // a token per spill read in flight
 
-	mu      sync.Mutex
-	digests map[string]string // chain key -> digest of the chain's bytes
+	mu       sync.Mutex
+	digests  map[string]string // chain key -> digest of the chain's bytes
+	sessions map[string]int    // session ("" for all) -> open verdict streams
 }
 
 // New returns a Handler that reads through js, asks access, and serves
@@ -78,6 +79,7 @@ func New(js jetstream.JetStream, access Access, cfg Config, opts ...Option) (*Ha
 		streams:    make(chan struct{}, orDefault(cfg.MaxStreams, DefaultMaxStreams)),
 		spillReads: make(chan struct{}, orDefault(cfg.MaxSpillReads, DefaultMaxSpillReads)),
 		digests:    map[string]string{},
+		sessions:   map[string]int{},
 	}
 	h.store = &spill.Store{JS: js, Stream: h.names.Events, Subjects: h.subj, Bucket: h.names.Spills}
 	if err := h.store.Validate(); err != nil {
@@ -106,6 +108,36 @@ func acquire(w http.ResponseWriter, sem chan struct{}, what string) bool {
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "too many "+what+" at once (at most "+strconv.Itoa(cap(sem))+"); try again shortly")
 		return false
+	}
+}
+
+// openSession counts a verdict stream of session, or answers 503 and
+// returns false when the session has Config.SessionStreams open.
+func (h *Handler) openSession(w http.ResponseWriter, session string) bool {
+	limit := orDefault(h.cfg.SessionStreams, DefaultSessionStreams)
+	h.mu.Lock()
+	n := h.sessions[session]
+	if n < limit {
+		h.sessions[session] = n + 1
+	}
+	h.mu.Unlock()
+	if n >= limit {
+		what := "session " + session
+		if session == "" {
+			what = "every session"
+		}
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "too many verdict streams of "+what+" at once (at most "+strconv.Itoa(limit)+"); close one, or try again shortly")
+		return false
+	}
+	return true
+}
+
+func (h *Handler) closeSession(session string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions[session]--; h.sessions[session] <= 0 {
+		delete(h.sessions, session)
 	}
 }
 

@@ -117,7 +117,8 @@ func (h *Handler) filter(q streamQuery) string {
 //
 // Answers before the stream: 400 for a malformed query or Last-Event-ID,
 // what Access says (401, 403), 503 when Config.MaxStreams streams are
-// open or JetStream does not answer.
+// open, or Config.SessionStreams of the session, or JetStream does not
+// answer.
 func (h *Handler) Verdicts(w http.ResponseWriter, r *http.Request) {
 	q, err := parseQuery(r)
 	if err != nil {
@@ -137,6 +138,10 @@ func (h *Handler) Verdicts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { <-h.streams }()
+	if !h.openSession(w, q.session) {
+		return
+	}
+	defer h.closeSession(q.session)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

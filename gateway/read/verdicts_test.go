@@ -130,14 +130,14 @@ func TestVerdictsRelease(t *testing.T) {
 	e.play(t, "s", chainStory("s")[:5], 2)
 	nc := e.srv.JS.Conn()
 	subs := nc.NumSubscriptions()
-	goroutines := func() int { return len(e.h.streams) }
+	open := func() int { return e.h.OpenStreams() }
 
-	var open []*sseStream
+	var streams []*sseStream
 	for range 2 {
 		s, resp := openSSE(t, e.http.URL, "/v1/verdicts?session=s")
 		require.NotNil(t, s, "status %d", resp.StatusCode)
 		s.next(t, wait)
-		open = append(open, s)
+		streams = append(streams, s)
 	}
 	assert.Equal(t, 2, e.h.OpenStreams())
 	assert.Greater(t, nc.NumSubscriptions(), subs)
@@ -148,17 +148,17 @@ func TestVerdictsRelease(t *testing.T) {
 
 	// An idle stream sends heartbeats.
 	for {
-		ev, ok := <-open[0].events
+		ev, ok := <-streams[0].events
 		require.True(t, ok)
 		if ev.Comment == "ping" {
 			break
 		}
 	}
 
-	for _, s := range open {
+	for _, s := range streams {
 		s.Close()
 	}
-	eventually(t, "the streams are released", func() bool { return goroutines() == 0 })
+	eventually(t, "the streams are released", func() bool { return open() == 0 })
 	eventually(t, "the subscriptions are gone", func() bool { return nc.NumSubscriptions() == subs })
 	str, err := e.srv.JS.Stream(e.ctx, e.cfg.Names().Verdicts)
 	require.NoError(t, err)
@@ -295,4 +295,30 @@ func TestVerdictsResumeAfterRetention(t *testing.T) {
 	assert.Equal(t, "3", s.next(t, wait).ID)
 	assert.Equal(t, "4", s.next(t, wait).ID)
 	s.none(t, 200*time.Millisecond)
+}
+
+// TestVerdictsSessionBound: one session's readers cannot take every
+// stream.
+func TestVerdictsSessionBound(t *testing.T) {
+	e := newEnv(t, Loopback{}, Config{SessionStreams: 1})
+	s, resp := openSSE(t, e.http.URL, "/v1/verdicts?session=s")
+	require.NotNil(t, s, "status %d", resp.StatusCode)
+	_, resp = openSSE(t, e.http.URL, "/v1/verdicts?session=s&kind=refused")
+	b := body(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", b)
+	assert.Contains(t, string(b), "session s")
+	for _, q := range []string{"session=t", ""} {
+		o, resp := openSSE(t, e.http.URL, "/v1/verdicts?"+q)
+		require.NotNil(t, o, "%s: status %d", q, resp.StatusCode)
+	}
+	s.Close()
+	eventually(t, "session s has a stream free", func() bool {
+		o, resp := openSSE(t, e.http.URL, "/v1/verdicts?session=s")
+		if o == nil {
+			body(t, resp)
+			return false
+		}
+		o.Close()
+		return true
+	})
 }
