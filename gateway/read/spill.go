@@ -145,7 +145,9 @@ func (h *Handler) failure(w http.ResponseWriter, r *http.Request, name string, e
 		// The client went away: no one reads the answer.
 		w.WriteHeader(http.StatusServiceUnavailable)
 	case errors.Is(err, jetstream.ErrObjectNotFound) && !errors.Is(err, spill.ErrChain),
-		errors.Is(err, jetstream.ErrObjectNotFound) && errors.Is(err, errChanged):
+		errors.Is(err, jetstream.ErrObjectNotFound) && errors.Is(err, errChanged),
+		errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		// No bucket yet: no spill was ever written.
 		session, _, _ := strings.Cut(name, "/")
 		problem(w, http.StatusNotFound, fmt.Sprintf("session %s has no spill %s in bucket %s; spill names are in the transcript.spilled and compaction.refused verdicts", session, name, h.names.Spills))
 	case errors.Is(err, errChanged):

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/spill"
 )
 
@@ -187,4 +189,23 @@ func TestSpillDamaged(t *testing.T) {
 	resp = get(t, e.http.URL, http.MethodGet, "/v1/sessions/s/spills/1")
 	b = body(t, resp)
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", b)
+}
+
+// TestSpillNoBucket: before any processor made the spill bucket, a spill
+// is not found.
+func TestSpillNoBucket(t *testing.T) {
+	srv := embedded.StartTest(t)
+	h, err := New(srv.JS, Loopback{}, Config{})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	h.Register(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	resp := get(t, hs.URL, http.MethodGet, "/v1/sessions/s/spills/1")
+	b := body(t, resp)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", b)
+	resp = get(t, hs.URL, http.MethodGet, "/v1/verdicts?session=s")
+	b = body(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", b)
+	assert.Contains(t, string(b), "does not exist yet")
 }
