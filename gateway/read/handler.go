@@ -46,6 +46,9 @@ type Handler struct {
 	streams    chan struct{} // a token per open verdict stream
 	spillReads chan struct{} // a token per spill read in flight
 
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
+
 	mu       sync.Mutex
 	digests  map[string]string // chain key -> digest of the chain's bytes
 	sessions map[string]int    // session ("" for all) -> open verdict streams
@@ -80,6 +83,7 @@ func New(js jetstream.JetStream, access Access, cfg Config, opts ...Option) (*Ha
 		spillReads: make(chan struct{}, orDefault(cfg.MaxSpillReads, DefaultMaxSpillReads)),
 		digests:    map[string]string{},
 		sessions:   map[string]int{},
+		closing:    make(chan struct{}),
 	}
 	h.store = &spill.Store{JS: js, Stream: h.names.Events, Subjects: h.subj, Bucket: h.names.Spills}
 	if err := h.store.Validate(); err != nil {
@@ -97,6 +101,15 @@ func New(js jetstream.JetStream, access Access, cfg Config, opts ...Option) (*Ha
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc(PatternSpill, h.Spill)
 	mux.HandleFunc(PatternVerdicts, h.Verdicts)
+}
+
+// Close ends every open verdict stream (each gets a last comment asking
+// the client to reconnect) and answers later ones 503; spill reads are not
+// affected. http.Server.Shutdown waits for handlers that are still
+// running, so give it Close: srv.RegisterOnShutdown(h.Close). Close may
+// be called more than once, from any goroutine.
+func (h *Handler) Close() {
+	h.closeOnce.Do(func() { close(h.closing) })
 }
 
 // acquire takes a token of sem, or answers 503 and returns false.

@@ -134,6 +134,13 @@ func (h *Handler) Verdicts(w http.ResponseWriter, r *http.Request) {
 		deny(w, err)
 		return
 	}
+	select {
+	case <-h.closing:
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "the server is shutting down; ask again")
+		return
+	default:
+	}
 	if !acquire(w, h.streams, "verdict streams") {
 		return
 	}
@@ -208,6 +215,12 @@ func (h *Handler) Verdicts(w http.ResponseWriter, r *http.Request) {
 		buf.Reset()
 		select {
 		case <-ctx.Done():
+			return
+		case <-h.closing:
+			buf.WriteString(": the server is shutting down; reconnect with Last-Event-ID\n\n")
+			h.writeDeadline(rc)
+			_, _ = w.Write(buf.Bytes())
+			_ = rc.Flush()
 			return
 		case err := <-done:
 			if err != nil && ctx.Err() == nil {

@@ -322,3 +322,22 @@ func TestVerdictsSessionBound(t *testing.T) {
 		return true
 	})
 }
+
+// TestVerdictsClose: Close ends the open streams, so that
+// http.Server.Shutdown does not wait for them, and refuses new ones.
+func TestVerdictsClose(t *testing.T) {
+	e := newEnv(t, Loopback{}, Config{})
+	s, resp := openSSE(t, e.http.URL, "/v1/verdicts?session=s")
+	require.NotNil(t, s, "status %d", resp.StatusCode)
+	e.h.Close()
+	e.h.Close()
+	var last sseEvent
+	for ev := range s.events {
+		last = ev
+	}
+	assert.Contains(t, last.Comment, "shutting down")
+	assert.Equal(t, 0, e.h.OpenStreams())
+	_, resp = openSSE(t, e.http.URL, "/v1/verdicts?session=s")
+	b := body(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", b)
+}
