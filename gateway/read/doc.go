@@ -55,5 +55,6 @@
 // event streams, Config.SessionStreams those of one session (so one
 // session's readers cannot take them all), and Config.MaxSpillReads the
 // spill reads in flight; a request beyond any is answered 503 with
-// Retry-After.
+// Retry-After. Close ends the open event streams, which would otherwise
+// hold http.Server.Shutdown until their clients leave.
 package read
