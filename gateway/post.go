@@ -152,7 +152,9 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		verdicts = make(chan *nats.Msg, 64)
 		sub, err := s.cfg.Agent.ChanSubscribe(s.cfg.Subjects.Verdict(items[0].ev.Subject, "*"), verdicts)
 		if err == nil {
-			err = s.cfg.Agent.FlushWithContext(r.Context())
+			fctx, cancel := context.WithTimeout(r.Context(), s.cfg.AckTimeout)
+			err = s.cfg.Agent.FlushWithContext(fctx)
+			cancel()
 		}
 		if err != nil {
 			if sub != nil {
