@@ -44,12 +44,16 @@ type Config struct {
 	// Operator publishes control events (session.resumed), for operator
 	// tokens only. Nil: the gateway refuses control events (403).
 	Operator *nats.Conn
-	// Reader reads the events stream (STREAM.MSG.GET) to tell a duplicate
-	// of an event from another event under the same (source, id), and the
-	// verdict stream's last verdicts (direct get) to answer ?wait= for a
-	// request stored before. Nil: every duplicate is answered 409 and a
-	// request stored before waits for nothing.
+	// Reader reads the events stream (STREAM.INFO and STREAM.MSG.GET, as
+	// the processor and operator identities may) to tell a duplicate of an
+	// event from another event under the same (source, id). Nil: every
+	// duplicate is answered 409.
 	Reader jetstream.JetStream
+	// Verdicts reads the verdict stream's last verdicts (STREAM.INFO and
+	// direct get, as the operator identity may) to answer ?wait= for a
+	// request stored before, whose verdict may be out already. Nil: such a
+	// request waits for a verdict to come.
+	Verdicts jetstream.JetStream
 	// Auth decides who may do what; nil or nil Tokens: every caller is
 	// the operator (serve then listens on loopback only).
 	Auth *Auth

@@ -61,7 +61,7 @@ func newEnv(t *testing.T, o opts) *env {
 			}
 		})
 	}
-	cfg := gateway.Config{Agent: e.NC, Operator: e.NC, Reader: e.JS, Auth: &gateway.Auth{Tokens: o.tokens}}
+	cfg := gateway.Config{Agent: e.NC, Operator: e.NC, Reader: e.JS, Verdicts: e.JS, Auth: &gateway.Auth{Tokens: o.tokens}}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}

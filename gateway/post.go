@@ -544,8 +544,8 @@ func (s *Server) awaitVerdict(ctx context.Context, req *events.Event, duplicate 
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	if duplicate && s.cfg.Reader != nil {
-		if str, err := s.cfg.Reader.Stream(ctx, s.cfg.VerdictsStream); err == nil {
+	if duplicate && s.cfg.Verdicts != nil {
+		if str, err := s.cfg.Verdicts.Stream(ctx, s.cfg.VerdictsStream); err == nil {
 			for _, vt := range verdictTypes {
 				raw, err := str.GetLastMsgForSubject(ctx, s.cfg.Subjects.Verdict(req.Subject, vt.kind))
 				if err == nil && ids[verdictID(raw.Data)] {

@@ -223,9 +223,16 @@ func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connF
 		return nil, err
 	}
 	n := pc.Names()
+	var verdicts jetstream.JetStream // the operator's: the processor may not read verdicts
+	if operator != nil {
+		if verdicts, err = jetstream.New(operator); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
 	gw, err := gateway.New(gateway.Config{
 		Subjects: pc.Subjects(), EventsStream: n.Events, VerdictsStream: n.Verdicts,
-		Agent: agent, Operator: operator, Reader: js,
+		Agent: agent, Operator: operator, Reader: js, Verdicts: verdicts,
 		Auth: &gateway.Auth{Tokens: h.loaded}, Logger: log,
 	})
 	if err != nil {

@@ -110,6 +110,18 @@ func TestServeHTTPShippedIdentities(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.OutputID(events.Cause{ID: "r1", Source: "urn:agent:h"}, v.Type), v.ID)
 
+	// The same request again: stored once, answered with its verdict,
+	// read back as the operator identity.
+	code, hdr, body2 := httpPost(t, base+"/v1/events?wait=5s", "agent-tok", "application/cloudevents+json", req)
+	require.Equal(t, http.StatusOK, code, body2)
+	require.Equal(t, "1", hdr.Get(gateway.HeaderDuplicates))
+	require.Equal(t, body, body2)
+	// Another event under the same (source, id): 409, read back as the
+	// processor identity.
+	code, _, body2 = httpPost(t, base+"/v1/events", "agent-tok", "application/cloudevents+json", strings.Replace(batch[1], `"size":1`, `"size":2`, 1))
+	require.Equal(t, http.StatusConflict, code, body2)
+	require.Contains(t, body2, "differs in data")
+
 	// The agent token: not another session, not control.
 	code, _, body = httpPost(t, base+"/v1/events", "agent-tok", "application/cloudevents+json", ev("other", "x", "turn.appended", `{"offset":0,"size":1}`))
 	require.Equal(t, http.StatusForbidden, code, body)
