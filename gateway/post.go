@@ -87,7 +87,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var rej *Rejection
 		if errors.As(err, &rej) {
-			writeJSON(w, http.StatusBadRequest, "application/json", rej)
+			writeJSON(w, http.StatusBadRequest, events.ContentTypeCloudEventsJSON, rej)
 			return
 		}
 		WriteError(w, status, err)
@@ -101,7 +101,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	for i, it := range items {
 		ev, rej := s.decode(i, it)
 		if rej != nil {
-			writeJSON(w, http.StatusBadRequest, "application/json", rej)
+			writeJSON(w, http.StatusBadRequest, events.ContentTypeCloudEventsJSON, rej)
 			return
 		}
 		items[i].ev = ev
@@ -134,7 +134,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 				e := events.Errorf(events.CodeMalformed, "id",
 					"events %d and %d of the batch have the same source %q and id %q but differ in %s; an event is (source, id): give each event its own id", j, i, ev.Source, ev.ID, diff)
 				rej := rejection(i, e, ev.Subject, ev.ID, events.Meta{Subject: subject})
-				writeJSON(w, http.StatusBadRequest, "application/json", &rej)
+				writeJSON(w, http.StatusBadRequest, events.ContentTypeCloudEventsJSON, &rej)
 				return
 			}
 		} else {

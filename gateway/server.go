@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"net/http"
-	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -12,12 +11,10 @@ import (
 // whatever else is mounted on it. Build it with New; any goroutine may
 // call its methods, and ServeHTTP serves any number of requests at once.
 type Server struct {
-	cfg      Config
-	agentJS  jetstream.JetStream
-	opJS     jetstream.JetStream // nil without Config.Operator
-	mu       sync.Mutex
-	mux      *http.ServeMux
-	patterns map[string]bool
+	cfg     Config
+	agentJS jetstream.JetStream
+	opJS    jetstream.JetStream // nil without Config.Operator
+	mux     *http.ServeMux
 }
 
 // New returns a Server for cfg, or cfg's problems.
@@ -29,7 +26,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Auth == nil {
 		cfg.Auth = &Auth{}
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), patterns: map[string]bool{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	var err error
 	if s.agentJS, err = jetstream.New(cfg.Agent); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -60,11 +57,9 @@ func (s *Server) Config() Config { return s.cfg }
 // Mount serves h for pattern (http.ServeMux syntax, e.g.
 // "GET /v1/verdicts"). h checks its own requests, with Auth's Session or
 // Operator. Mount panics if pattern is mounted already or conflicts with
-// the server's own, as ServeMux.Handle does.
+// the server's own, as ServeMux.Handle does. Any goroutine may call it,
+// before or while the server serves.
 func (s *Server) Mount(pattern string, h http.Handler) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.patterns[pattern] = true
 	s.mux.Handle(pattern, h)
 }
 
