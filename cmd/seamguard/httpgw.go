@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -215,14 +216,24 @@ func reloadOnHUP(ctx context.Context, tokens *gateway.Tokens, log *slog.Logger) 
 	return func() { signal.Stop(hup); <-done }
 }
 
-// startGateway builds the gateway on p's streams and serves it on ln.
-func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connFlags, url string, nc *nats.Conn, js jetstream.JetStream, pc processor.Config, grants []grant, log *slog.Logger) (wait func(), err error) {
+// startGateway builds the gateway on p's streams and serves it on ln
+// until ctx ends or stop is called; stop shuts it down (requests in
+// flight get 5s), waits, and closes its connections. Call it before
+// serve's own connection is drained.
+func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connFlags, url string, nc *nats.Conn, js jetstream.JetStream, pc processor.Config, grants []grant, log *slog.Logger) (stop func(), err error) {
 	agent, operator, closeAll, err := h.connect(base, url, nc, grants, log)
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
 	n := pc.Names()
+	maxEvent := agent.MaxPayload()
+	if str, err := js.Stream(ctx, n.Events); err == nil {
+		// The events stream may bound its messages below max_payload.
+		if m := int64(str.CachedInfo().Config.MaxMsgSize); m > 0 && m < maxEvent {
+			maxEvent = m
+		}
+	}
 	var verdicts jetstream.JetStream // the operator's: the processor may not read verdicts
 	if operator != nil {
 		if verdicts, err = jetstream.New(operator); err != nil {
@@ -233,13 +244,14 @@ func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connF
 	gw, err := gateway.New(gateway.Config{
 		Subjects: pc.Subjects(), EventsStream: n.Events, VerdictsStream: n.Verdicts,
 		Agent: agent, Operator: operator, Reader: js, Verdicts: verdicts,
-		Auth: &gateway.Auth{Tokens: h.loaded}, Logger: log,
+		Auth: &gateway.Auth{Tokens: h.loaded}, Logger: log, MaxEventBytes: maxEvent,
 	})
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
-	done := serveGateway(ctx, ln, gw, h.loaded, log)
+	gctx, cancel := context.WithCancel(ctx)
+	done := serveGateway(gctx, ln, gw, h.loaded, log)
 	auth := "none: every caller is the operator (loopback only)"
 	if h.loaded != nil {
 		auth = fmt.Sprintf("bearer tokens from %s (%d)", h.tokens, h.loaded.Len())
@@ -249,7 +261,8 @@ func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connF
 		control = "yes"
 	}
 	log.Info("HTTP gateway", "url", "http://"+ln.Addr().String()+"/v1/events", "auth", auth, "control_events", control)
-	return func() { <-done; closeAll() }, nil
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done; closeAll() }) }, nil
 }
 
 const httpTokenUsage = `usage: seamguard http-token [flags]

@@ -428,19 +428,20 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		log.Info("rebuilt session states from the events stream", "events", rep.Events, "sessions", rep.Sessions,
 			"differed", len(rep.Differ), "written", rep.Written, "republished", rep.Republished, "respilled", rep.Respilled)
 	}
+	stopHTTP := func() {}
 	if httpLn != nil {
 		// After the processor is set up (its streams exist), and shut down
 		// when ctx ends, beside the processor's drain.
-		waitHTTP, err := startGateway(ctx, &hf, httpLn, conn, url, nc, js, p.Config(), denied.grants, log)
-		if err != nil {
+		if stopHTTP, err = startGateway(ctx, &hf, httpLn, conn, url, nc, js, p.Config(), denied.grants, log); err != nil {
 			return err
 		}
-		defer waitHTTP()
+		defer stopHTTP()
 	}
 	fmt.Fprintf(stdout, "seamguard serving on %s: events on %s.events.<session>, verdicts on %s.verdicts.<session>.<kind>\n", url, cfg.Prefix, cfg.Prefix)
 	if err := p.Run(ctx); err != nil {
 		return denied.explain(err, notSys)
 	}
+	stopHTTP() // it publishes on nc on the embedded default
 	if err := nc.Drain(); err != nil && err != nats.ErrConnectionClosed {
 		log.Warn("drain", "err", err)
 	}
