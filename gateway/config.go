@@ -26,6 +26,8 @@ const (
 	DefaultAckTimeout = 5 * time.Second
 	// MaxWait is the longest ?wait= a request may ask for.
 	MaxWait = 60 * time.Second
+	// DefaultMaxWaiting is how many ?wait= requests may wait at once.
+	DefaultMaxWaiting = 1024
 )
 
 // Config is what a Server needs. Agent is required; the zero value of
@@ -67,6 +69,10 @@ type Config struct {
 	// AckTimeout bounds the wait for each event's ack (default
 	// DefaultAckTimeout).
 	AckTimeout time.Duration
+	// MaxWaiting bounds the ?wait= requests waiting at once (default
+	// DefaultMaxWaiting); one more is answered 503 before anything is
+	// published.
+	MaxWaiting int
 	// Logger receives a line per failed publish; nil discards.
 	Logger *slog.Logger
 }
@@ -80,8 +86,8 @@ func (c Config) Validate() error {
 	if err := c.Subjects.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("gateway: Subjects: %w", err))
 	}
-	if c.MaxEventBytes < 0 || c.MaxBatchBytes < 0 || c.MaxBatchEvents < 0 || c.AckTimeout < 0 {
-		errs = append(errs, errors.New("gateway: MaxEventBytes, MaxBatchBytes, MaxBatchEvents and AckTimeout must not be negative"))
+	if c.MaxEventBytes < 0 || c.MaxBatchBytes < 0 || c.MaxBatchEvents < 0 || c.AckTimeout < 0 || c.MaxWaiting < 0 {
+		errs = append(errs, errors.New("gateway: MaxEventBytes, MaxBatchBytes, MaxBatchEvents, AckTimeout and MaxWaiting must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -107,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.MaxWaiting == 0 {
+		c.MaxWaiting = DefaultMaxWaiting
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -489,3 +489,28 @@ func TestMethodsAndPaths(t *testing.T) {
 	_ = bytes.MinRead
 	_ = jetstream.ErrStreamNotFound
 }
+
+// TestMaxWaiting: past MaxWaiting requests waiting for verdicts, another
+// ?wait= request is a 503 and stores nothing.
+func TestMaxWaiting(t *testing.T) {
+	e := newEnv(t, opts{noProcessor: true, cfg: func(c *gateway.Config) { c.MaxWaiting = 1 }})
+	first := make(chan int, 1)
+	go func() { // no require off the test's goroutine
+		res, err := http.Post(e.url+"/v1/events?wait=3s", "application/cloudevents+json", strings.NewReader(request("m", "m-1")))
+		if err != nil {
+			first <- 0
+			return
+		}
+		res.Body.Close()
+		first <- res.StatusCode
+	}()
+	require.Eventually(t, func() bool { return e.storedMsgs(t) == 1 }, 5*time.Second, 10*time.Millisecond)
+	a := e.post(t, "/v1/events?wait=1s", structured, request("m", "m-2"))
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	require.Equal(t, "1", a.header.Get("Retry-After"))
+	require.Equal(t, uint64(1), e.storedMsgs(t))
+	require.Equal(t, http.StatusAccepted, <-first)
+	// The slot is free again.
+	a = e.post(t, "/v1/events?wait=100ms", structured, request("m", "m-2"))
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+}

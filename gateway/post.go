@@ -148,6 +148,14 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 
 	var verdicts chan *nats.Msg
 	if wait > 0 {
+		select {
+		case s.waiting <- struct{}{}:
+			defer func() { <-s.waiting }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("gateway: %d requests are waiting for verdicts already, the most this gateway lets wait; send the request again without ?wait= (and read its verdict on NATS), or later", cap(s.waiting)))
+			return
+		}
 		// Subscribed before the publish, so that no verdict is missed.
 		verdicts = make(chan *nats.Msg, 64)
 		sub, err := s.cfg.Agent.ChanSubscribe(s.cfg.Subjects.Verdict(items[0].ev.Subject, "*"), verdicts)

@@ -15,6 +15,7 @@ type Server struct {
 	agentJS jetstream.JetStream
 	opJS    jetstream.JetStream // nil without Config.Operator
 	mux     *http.ServeMux
+	waiting chan struct{} // a slot per ?wait= request waiting
 }
 
 // New returns a Server for cfg, or cfg's problems.
@@ -26,7 +27,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Auth == nil {
 		cfg.Auth = &Auth{}
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), waiting: make(chan struct{}, cfg.MaxWaiting)}
 	var err error
 	if s.agentJS, err = jetstream.New(cfg.Agent); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
