@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,16 +80,20 @@ func TestServeHTTPShippedIdentities(t *testing.T) {
 			"--partitions", "1", "--log-format", "json"},
 			strings.NewReader(""), &serveOut, &serveErr)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-served:
-			assert.Equal(t, 0, code, serveErr.String())
-		case <-time.After(30 * time.Second):
-			t.Error("serve did not stop after its context was cancelled")
-		}
-		assert.NotContains(t, serveErr.String(), "refused a permission")
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case code := <-served:
+				assert.Equal(t, 0, code, serveErr.String())
+			case <-time.After(30 * time.Second):
+				t.Error("serve did not stop after its context was cancelled")
+			}
+			assert.NotContains(t, serveErr.String(), "refused a permission")
+		})
+	}
+	t.Cleanup(stop)
 	base := httpBase(t, &serveErr)
 	require.Eventually(t, func() bool { return strings.Contains(serveOut.String(), "seamguard serving on") }, 20*time.Second, 10*time.Millisecond)
 
@@ -141,6 +146,11 @@ func TestServeHTTPShippedIdentities(t *testing.T) {
 		return code == http.StatusUnauthorized
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Contains(t, serveErr.String(), "HTTP token file reloaded")
+
+	// The gateway stops with serve.
+	stop()
+	_, err = http.Post(base+"/v1/events", "application/cloudevents+json", strings.NewReader(resume))
+	require.Error(t, err, "the gateway still answers after serve returned")
 }
 
 func TestServeHTTPUsage(t *testing.T) {
