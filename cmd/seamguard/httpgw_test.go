@@ -107,6 +107,19 @@ func TestServeHTTPShippedIdentities(t *testing.T) {
 	code, _, body := httpPost(t, base+"/v1/events", "agent-tok", "application/cloudevents-batch+json", "["+strings.Join(batch, ",")+"]")
 	require.Equal(t, http.StatusAccepted, code, body)
 
+	// Binary mode, as curl sends it.
+	breq, err := http.NewRequest(http.MethodPost, base+"/v1/events", strings.NewReader(`{"offset":6,"size":1,"content":"binary"}`))
+	require.NoError(t, err)
+	for k, v := range map[string]string{"Authorization": "Bearer agent-tok", "Content-Type": "application/json", "ce-specversion": "1.0",
+		"ce-id": "t6", "ce-source": "urn:agent:h", "ce-type": events.TypeTurnAppended, "ce-subject": "gw-1"} {
+		breq.Header.Set(k, v)
+	}
+	bres, err := http.DefaultClient.Do(breq)
+	require.NoError(t, err)
+	bres.Body.Close()
+	require.Equal(t, http.StatusAccepted, bres.StatusCode)
+	require.Equal(t, "binary", bres.Header.Get(gateway.HeaderMode))
+
 	req := ev("gw-1", "r1", "compaction.requested", `{"request_id":"c1","summarizer_input":{"start":0,"end":6},"summary_range":{"start":0,"end":4},"tail_start":4}`)
 	code, hdr, body := httpPost(t, base+"/v1/events?wait=20s", "agent-tok", "application/cloudevents+json", req)
 	require.Equal(t, http.StatusOK, code, body)
