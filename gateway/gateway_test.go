@@ -41,7 +41,7 @@ type opts struct {
 	cfg         func(*gateway.Config)
 }
 
-func newEnv(t *testing.T, o opts) *env {
+func newEnv(t testing.TB, o opts) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
