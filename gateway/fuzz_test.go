@@ -3,9 +3,9 @@ package gateway_test
 import (
 	"encoding/json"
 	"errors"
-	"net/url"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
