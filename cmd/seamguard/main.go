@@ -31,10 +31,11 @@ var commands = map[string]command{
 	"watch":  {"follow verdicts as they are decided", runWatch},
 	"resume": {"lift a session's halt, accepting its lost offsets (--note required)", runResume},
 
-	"publish": {"play files of events (JSON Lines) into a running seamguard; --wait prints the verdicts", runPublish},
-	"inspect": {"draw a session's ledger and its decisions (--svg FILE, --json)", runInspect},
-	"replay":  {"derive every decision again from the events stream and compare with the verdicts", runReplay},
-	"version": {"print the module version, the VCS revision it was built from, and the Go version", runVersion},
+	"publish":    {"play files of events (JSON Lines) into a running seamguard; --wait prints the verdicts", runPublish},
+	"inspect":    {"draw a session's ledger and its decisions (--svg FILE, --json)", runInspect},
+	"replay":     {"derive every decision again from the events stream and compare with the verdicts", runReplay},
+	"http-token": {"make a bearer token for the HTTP gateway and its line for serve --http-tokens", runHTTPToken},
+	"version":    {"print the module version, the VCS revision it was built from, and the Go version", runVersion},
 }
 
 // errUsage marks an error that is the user's to fix; its message says how.

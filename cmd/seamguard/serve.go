@@ -197,6 +197,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	pf.register(fs)
 	var resp responderFlags
 	resp.register(fs)
+	var hf httpFlags
+	hf.register(fs)
 	dataDir := fs.String("data-dir", "seamguard-data", "where serve keeps its signing key ("+attest.KeyFileName+", made at first start unless --signing-key-file or "+signingKeyEnv+" gives one) and the embedded server stores JetStream data")
 	signingKeyFile := fs.String("signing-key-file", "", "the NKey seed (S…) that signs every verdict, in a `FILE` only serve may read; give every instance of a cluster the same, or each its own, and trust their public keys (default: $"+signingKeyEnv+", else the key in --data-dir)")
 	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
@@ -232,6 +234,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err := resp.validate(conn); err != nil {
 		return err
 	}
+	if err := hf.validate(conn); err != nil {
+		return err
+	}
 	cfg, err := pf.config()
 	if err != nil {
 		return err
@@ -251,6 +256,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		if *healthListen != "" {
 			self.Listen = append(self.Listen, "health "+*healthListen)
+		}
+		if hf.listen != "" {
+			self.Listen = append(self.Listen, "http "+hf.listen)
 		}
 		lock, err := lockDataDir(*dataDir, self)
 		if err != nil {
@@ -272,6 +280,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			return fmt.Errorf("%w: --health-listen %s: %v", errUsage, *healthListen, err)
 		}
 		defer healthLn.Close()
+	}
+	var httpLn net.Listener
+	if hf.listen != "" {
+		if httpLn, err = net.Listen("tcp", hf.listen); err != nil {
+			return fmt.Errorf("%w: --http-listen %s: %v", errUsage, hf.listen, err)
+		}
+		defer httpLn.Close()
 	}
 	if cfg.SigningKey, err = signingKey(*signingKeyFile, *dataDir, log); err != nil {
 		return err
@@ -310,6 +325,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	if healthLn != nil {
 		addrs = append(addrs, "health "+healthLn.Addr().String())
+	}
+	if httpLn != nil {
+		addrs = append(addrs, "http "+httpLn.Addr().String())
 	}
 	listening(addrs)
 	// No publish waits in a buffer while the connection is down, to go out
@@ -410,10 +428,20 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		log.Info("rebuilt session states from the events stream", "events", rep.Events, "sessions", rep.Sessions,
 			"differed", len(rep.Differ), "written", rep.Written, "republished", rep.Republished, "respilled", rep.Respilled)
 	}
+	stopHTTP := func() {}
+	if httpLn != nil {
+		// After the processor is set up (its streams exist), and shut down
+		// when ctx ends, beside the processor's drain.
+		if stopHTTP, err = startGateway(ctx, &hf, httpLn, conn, url, nc, js, p.Config(), denied.grants, log); err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
 	fmt.Fprintf(stdout, "seamguard serving on %s: events on %s.events.<session>, verdicts on %s.verdicts.<session>.<kind>\n", url, cfg.Prefix, cfg.Prefix)
 	if err := p.Run(ctx); err != nil {
 		return denied.explain(err, notSys)
 	}
+	stopHTTP() // it publishes on nc on the embedded default
 	if err := nc.Drain(); err != nil && err != nats.ErrConnectionClosed {
 		log.Warn("drain", "err", err)
 	}
