@@ -21,7 +21,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/gateway"
+	"github.com/seamguard/seamguard/gateway/read"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -166,8 +168,12 @@ func (h *httpFlags) connect(base connFlags, url string, own *nats.Conn, grants [
 
 // serveGateway serves the HTTP gateway on ln until ctx ends, then shuts
 // it down (requests in flight get 5s); done is closed once it has.
-func serveGateway(ctx context.Context, ln net.Listener, gw http.Handler, tokens *gateway.Tokens, log *slog.Logger) (done <-chan struct{}) {
+func serveGateway(ctx context.Context, ln net.Listener, gw http.Handler, tokens *gateway.Tokens, readers *read.Handler, log *slog.Logger) (done <-chan struct{}) {
 	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if readers != nil {
+		// Open verdict streams end at shutdown rather than hold it up.
+		srv.RegisterOnShutdown(readers.Close)
+	}
 	ch := make(chan struct{})
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -220,7 +226,7 @@ func reloadOnHUP(ctx context.Context, tokens *gateway.Tokens, log *slog.Logger) 
 // until ctx ends or stop is called; stop shuts it down (requests in
 // flight get 5s), waits, and closes its connections. Call it before
 // serve's own connection is drained.
-func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connFlags, url string, nc *nats.Conn, js jetstream.JetStream, pc processor.Config, grants []grant, log *slog.Logger) (stop func(), err error) {
+func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connFlags, url string, nc *nats.Conn, js jetstream.JetStream, pc processor.Config, signingKey string, grants []grant, log *slog.Logger) (stop func(), err error) {
 	agent, operator, closeAll, err := h.connect(base, url, nc, grants, log)
 	if err != nil {
 		closeAll()
@@ -250,8 +256,13 @@ func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connF
 		closeAll()
 		return nil, err
 	}
+	readers, err := mountReads(gw, verdicts, pc, signingKey, log)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
 	gctx, cancel := context.WithCancel(ctx)
-	done := serveGateway(gctx, ln, gw, h.loaded, log)
+	done := serveGateway(gctx, ln, gw, h.loaded, readers, log)
 	auth := "none: every caller is the operator (loopback only)"
 	if h.loaded != nil {
 		auth = fmt.Sprintf("bearer tokens from %s (%d)", h.tokens, h.loaded.Len())
@@ -260,9 +271,58 @@ func startGateway(ctx context.Context, h *httpFlags, ln net.Listener, base connF
 	if operator != nil {
 		control = "yes"
 	}
-	log.Info("HTTP gateway", "url", "http://"+ln.Addr().String()+"/v1/events", "auth", auth, "control_events", control)
+	log.Info("HTTP gateway", "url", "http://"+ln.Addr().String()+"/v1/events", "auth", auth, "control_events", control, "reads", readers != nil)
 	var once sync.Once
 	return func() { once.Do(func() { cancel(); <-done; closeAll() }) }, nil
+}
+
+// mountReads mounts the read endpoints (a spill's chain, verdicts as
+// Server-Sent Events) on gw, reading with js: the operator identity's,
+// since the processor's may not read verdicts. Without one (--nats-url and
+// no --http-operator-*) they answer 503 saying so, and readers is nil.
+// Verdicts are genuine when signed by this processor's key or one of
+// SEAMGUARD_TRUSTED_KEYS (the other instances' keys, where each has its own).
+func mountReads(gw *gateway.Server, js jetstream.JetStream, pc processor.Config, signingKey string, log *slog.Logger) (readers *read.Handler, err error) {
+	if js == nil {
+		off := func(w http.ResponseWriter, r *http.Request) {
+			gateway.WriteError(w, http.StatusServiceUnavailable, errors.New("gateway: reading spills and verdicts needs a NATS identity that may read them: start serve with --http-operator-* (operator in deploy/nats)"))
+		}
+		gw.Mount(read.PatternSpill, http.HandlerFunc(off))
+		gw.Mount(read.PatternVerdicts, http.HandlerFunc(off))
+		return nil, nil
+	}
+	trust, err := attest.ParseKeys(signingKey, os.Getenv(trustedKeysEnv))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", trustedKeysEnv, err)
+	}
+	h, err := read.New(js, readAccess{gw.Auth()}, read.Config{Prefix: pc.Prefix, Trust: trust}, read.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	gw.Mount(read.PatternSpill, http.HandlerFunc(h.Spill))
+	gw.Mount(read.PatternVerdicts, http.HandlerFunc(h.Verdicts))
+	return h, nil
+}
+
+// readAccess is the gateway's bearer-token Auth as the read endpoints ask
+// it: an unknown caller is a 401, a known one reaching too far a 403.
+type readAccess struct{ auth *gateway.Auth }
+
+func (a readAccess) Session(r *http.Request, session string) error {
+	return asDenial(a.auth.Session(r, session))
+}
+
+func (a readAccess) Operator(r *http.Request) error { return asDenial(a.auth.Operator(r)) }
+
+func asDenial(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gateway.ErrUnauthenticated):
+		return read.Deny(http.StatusUnauthorized, "%v", err)
+	default:
+		return read.Deny(http.StatusForbidden, "%v", err)
+	}
 }
 
 const httpTokenUsage = `usage: seamguard http-token [flags]

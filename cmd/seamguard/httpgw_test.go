@@ -151,6 +151,67 @@ func TestServeHTTPShippedIdentities(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code, body)
 	require.Contains(t, body, `"nats_subject":"seamguard.control.gw-1"`)
 
+	// A refusal with a spill, read back over HTTP as the agent: the spill's
+	// chain and the session's verdicts as Server-Sent Events, verified
+	// against the processor's key (read as the operator identity).
+	hole := []string{ev("gw-2", "g2-o", "session.opened", `{"unit":"turns","recovery_floor":{"span":2,"unit":"turns"}}`)}
+	for i := range 6 {
+		hole = append(hole, ev("gw-2", fmt.Sprintf("g2-t%d", i), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"content":"turn %d of gw-2"}`, i, i)))
+	}
+	hole = append(hole, ev("gw-2", "g2-tr", "context.truncated", `{"range":{"start":0,"end":2},"stage":"budget"}`))
+	code, _, body = httpPost(t, base+"/v1/events", "agent-tok", "application/cloudevents-batch+json", "["+strings.Join(hole, ",")+"]")
+	require.Equal(t, http.StatusAccepted, code, body)
+	code, _, body = httpPost(t, base+"/v1/events?wait=20s", "agent-tok", "application/cloudevents+json",
+		ev("gw-2", "g2-r1", "compaction.requested", `{"request_id":"c1","summarizer_input":{"start":2,"end":6},"summary_range":{"start":2,"end":4},"tail_start":4}`))
+	require.Equal(t, http.StatusOK, code, body)
+	refused, err := events.DecodeVerdict([]byte(body))
+	require.NoError(t, err)
+	require.Equal(t, events.TypeCompactionRefused, refused.Type, body)
+	get := func(path, token string) (int, http.Header, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		return res.StatusCode, res.Header, string(b)
+	}
+	code, hdr, body = get("/v1/sessions/gw-2/spills/1", "agent-tok")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "turn 0 of gw-2", "the truncated turn is in the spill")
+	require.NotEmpty(t, hdr.Get("Digest"))
+	code, _, body = get("/v1/sessions/other/spills/1", "agent-tok")
+	require.Equal(t, http.StatusForbidden, code, body)
+	code, _, body = get("/v1/sessions/gw-2/spills/1", "")
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	code, _, body = get("/v1/verdicts", "agent-tok")
+	require.Equal(t, http.StatusForbidden, code, "an agent token may not read every session's verdicts: %s", body)
+	sse, err := http.NewRequest(http.MethodGet, base+"/v1/verdicts?session=gw-2&from=start", nil)
+	require.NoError(t, err)
+	sse.Header.Set("Authorization", "Bearer agent-tok")
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+	res, err := http.DefaultClient.Do(sse.WithContext(sctx))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var seen []string
+	buf := make([]byte, 64<<10)
+	for !strings.Contains(strings.Join(seen, ""), "event: "+events.TypeCompactionRefused) {
+		n, err := res.Body.Read(buf)
+		seen = append(seen, string(buf[:n]))
+		if err != nil {
+			break
+		}
+	}
+	scancel()
+	res.Body.Close()
+	stream := strings.Join(seen, "")
+	require.Contains(t, stream, "event: "+events.TypeCompactionRefused, "the refusal comes as a verified verdict")
+	require.NotContains(t, stream, "event: "+"unverified", "the processor's own verdicts verify against its key")
+	require.Contains(t, stream, refused.ID)
+
 	// SIGHUP after the agent's line is taken out revokes it.
 	require.NoError(t, os.WriteFile(tokens, []byte(opLine+"\n"), 0o600))
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))

@@ -432,7 +432,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if httpLn != nil {
 		// After the processor is set up (its streams exist), and shut down
 		// when ctx ends, beside the processor's drain.
-		if stopHTTP, err = startGateway(ctx, &hf, httpLn, conn, url, nc, js, p.Config(), denied.grants, log); err != nil {
+		if stopHTTP, err = startGateway(ctx, &hf, httpLn, conn, url, nc, js, p.Config(), p.SigningPublicKey(), denied.grants, log); err != nil {
 			return err
 		}
 		defer stopHTTP()
