@@ -256,7 +256,7 @@ func TestOversize(t *testing.T) {
 	big := ev("s", "urn:a", "x", "turn.appended", fmt.Sprintf(`{"offset":0,"size":1,"content":%q}`, strings.Repeat("x", 3000)))
 	a := e.post(t, "/v1/events", structured, big)
 	require.Equal(t, http.StatusRequestEntityTooLarge, a.status, "%s", a.body)
-	require.Contains(t, a.json(t)["message"], "2048 bytes")
+	require.Contains(t, a.json(t)["detail"], "2048 bytes")
 
 	a = e.post(t, "/v1/events", batchCT, batchOf(big, big))
 	require.Equal(t, http.StatusRequestEntityTooLarge, a.status, "%s", a.body)
@@ -343,7 +343,7 @@ func TestDuplicates(t *testing.T) {
 	other := strings.Replace(turn("d", 0), `"content":"turn 0"`, `"content":"something else"`, 1)
 	a = e.post(t, "/v1/events", structured, other)
 	require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
-	require.Contains(t, a.json(t)["message"], "differs in data")
+	require.Contains(t, a.json(t)["detail"], "differs in data")
 
 	// Same id, another source: both stored.
 	a = e.post(t, "/v1/events", structured, strings.Replace(turn("d", 0), "urn:agent:a", "urn:agent:b", 1))
@@ -381,7 +381,7 @@ func TestTokens(t *testing.T) {
 	// An agent token on another session, in a batch too: nothing stored.
 	a = e.post(t, "/v1/events", bearer("agent-secret"), turn("team-b-1", 0))
 	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
-	require.Contains(t, a.json(t)["message"], "team-b-1")
+	require.Contains(t, a.json(t)["detail"], "team-b-1")
 	h := bearer("agent-secret")
 	h["Content-Type"] = "application/cloudevents-batch+json"
 	a = e.post(t, "/v1/events", h, batchOf(turn("team-a-1", 1), turn("solo-2", 0)))
@@ -391,7 +391,7 @@ func TestTokens(t *testing.T) {
 	resume := ev("team-a-1", "urn:op", "r1", "session.resumed", `{"note":"checked"}`)
 	a = e.post(t, "/v1/events", bearer("agent-secret"), resume)
 	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
-	require.Contains(t, a.json(t)["message"], "control event")
+	require.Contains(t, a.json(t)["detail"], "control event")
 	a = e.post(t, "/v1/events", bearer("op-secret"), resume)
 	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
 	require.Equal(t, "seamguard.control.team-a-1", a.json(t)["events"].([]any)[0].(map[string]any)["nats_subject"])

@@ -15,17 +15,22 @@ import (
 // with.
 const Source = "urn:seamguard:gateway"
 
-// problem is the JSON body of an answer that is not a rejection of an
-// event: 401, 403, 404, 405, 409, 413, 415, 5xx.
+// problem is the body of an answer that is not a rejection of an event
+// (401, 403, 404, 405, 409, 413, 415, 5xx): an RFC 9457 problem document,
+// as the read endpoints answer too.
 type problem struct {
-	Status  int    `json:"status"`
-	Error   string `json:"error"`
-	Message string `json:"message"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
 }
 
-// WriteError answers r with err as JSON: 401 (with WWW-Authenticate) for
-// ErrUnauthenticated, 403 for ErrForbidden, else status. The read
-// endpoints use it to answer as POST /v1/events does.
+// contentTypeProblem is the media type of a problem document.
+const contentTypeProblem = "application/problem+json"
+
+// WriteError answers r with err as a problem document: 401 (with
+// WWW-Authenticate) for ErrUnauthenticated, 403 for ErrForbidden, else
+// status.
 func WriteError(w http.ResponseWriter, status int, err error) {
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
@@ -34,13 +39,13 @@ func WriteError(w http.ResponseWriter, status int, err error) {
 	case errors.Is(err, ErrForbidden):
 		status = http.StatusForbidden
 	}
-	writeJSON(w, status, "application/json", problem{Status: status, Error: http.StatusText(status), Message: err.Error()})
+	writeJSON(w, status, contentTypeProblem, problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"status":500,"error":"Internal Server Error","message":"cannot encode the answer"}`)
+		status, b = http.StatusInternalServerError, []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"cannot encode the answer"}`)
 	}
 	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -64,7 +64,7 @@ type httpFlags struct {
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.listen, "http-listen", "", "serve CloudEvents over HTTP (POST /v1/events; see docs/http.md) on HOST:PORT; without --http-tokens only a loopback address is accepted; empty: none")
+	fs.StringVar(&h.listen, "http-listen", "", "serve CloudEvents over HTTP (POST /v1/events, GET spills and verdicts; see docs/http.md) on HOST:PORT; without --http-tokens only a loopback address is accepted; empty: none")
 	fs.StringVar(&h.tokens, "http-tokens", "", "the HTTP gateway's token `FILE`: lines of SHA256-HEX ROLE [SESSIONS...] (seamguard http-token makes one); reloaded on SIGHUP")
 	h.agent.role, h.operator.role = "agent", "operator"
 	h.agent.register(fs, "publishes events")
