@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/forward"
+)
+
+// ceReceiver records the CloudEvents POSTed to it (decoded with sdk-go)
+// and answers 400 to the types in reject.
+type ceReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	types  []string // of the events answered 2xx
+	reject map[string]bool
+}
+
+func newCEReceiver(t *testing.T, reject ...string) *ceReceiver {
+	r := &ceReceiver{reject: map[string]bool{}}
+	for _, ty := range reject {
+		r.reject[ty] = true
+	}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		ev, err := binding.ToEvent(req.Context(), cehttp.NewMessageFromHttpRequest(req))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.reject[ev.Type()] {
+			http.Error(w, "not today", http.StatusBadRequest)
+			return
+		}
+		r.types = append(r.types, ev.Type())
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *ceReceiver) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.types...)
+}
+
+// TestForwardCommand runs seamguard forward against a real processor
+// playing the seed story: the refusal and the allowed retry arrive, the
+// spill's verdict, which the receiver refuses with 400, is kept, counted
+// on /metrics, listed by forward failed, and forward retry delivers it
+// once the receiver takes it.
+func TestForwardCommand(t *testing.T) {
+	d := startDeployment(t)
+	r := newCEReceiver(t, events.TypeTranscriptSpilled)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errs lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"forward", "--nats-url", d.url, "--to", r.URL, "--trust-key", d.key.PublicKey(),
+			"--kinds", "refused,allowed,spilled", "--session", "ops-agent-42", "--name", "test-fwd",
+			"--health-listen", "127.0.0.1:0", "--log-format", "json", "--min-backoff", "10ms"}, strings.NewReader(""), &out, &errs)
+	}()
+	stopped := false
+	stop := func() int {
+		if stopped {
+			return 0
+		}
+		stopped = true
+		cancel()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(30 * time.Second):
+			t.Error("forward did not stop")
+			return -1
+		}
+	}
+	t.Cleanup(func() { stop() })
+	base := healthBase(t, &errs)
+	d.publish(t, readLines(t, filepath.Join(storiesDir, "seed-story.jsonl")))
+	require.Eventually(t, func() bool { return len(r.got()) == 2 }, 20*time.Second, 20*time.Millisecond, errs.String())
+	assert.Equal(t, []string{events.TypeCompactionRefused, events.TypeCompactionAllowed}, r.got())
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `seamguard_forward_undeliverable_total{reason="rejected"} 1`) &&
+			strings.Contains(string(b), "seamguard_forward_delivered_total 2")
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 0, stop(), errs.String())
+	assert.Contains(t, errs.String(), "verdict not delivered: kept as undeliverable")
+
+	code, stdout, stderr := runCLI(t, "", "forward", "failed", "--nats-url", d.url, "--json")
+	require.Equal(t, 0, code, stderr)
+	var recs []forward.Record
+	require.NoError(t, json.Unmarshal([]byte(stdout), &recs))
+	require.Len(t, recs, 1)
+	assert.Equal(t, "test-fwd", recs[0].Name)
+	assert.Equal(t, events.KindSpilled, recs[0].Kind)
+	assert.Equal(t, "ops-agent-42", recs[0].Session)
+	assert.Equal(t, forward.ReasonRejected, recs[0].Reason)
+	assert.Equal(t, 400, recs[0].Status)
+
+	code, stdout, stderr = runCLI(t, "", "forward", "failed", "--nats-url", d.url)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "test-fwd ops-agent-42 spilled")
+	assert.Contains(t, stdout, "rejected (status 400, 1 attempt(s))")
+
+	// Still refused: it stays, and retry says so.
+	code, stdout, stderr = runCLI(t, "", "forward", "retry", "--nats-url", d.url, "--all", "--trust-key", d.key.PublicKey())
+	assert.Equal(t, 1, code, stdout+stderr)
+	assert.Contains(t, stdout, "still undeliverable, kept")
+
+	r.mu.Lock()
+	r.reject = map[string]bool{}
+	r.mu.Unlock()
+	code, stdout, stderr = runCLI(t, "", "forward", "retry", "--nats-url", d.url, "--trust-key", d.key.PublicKey(), "1")
+	require.Equal(t, 0, code, stdout+stderr)
+	assert.Contains(t, stdout, "delivered")
+	assert.Equal(t, []string{events.TypeCompactionRefused, events.TypeCompactionAllowed, events.TypeTranscriptSpilled}, r.got())
+	code, stdout, stderr = runCLI(t, "", "forward", "failed", "--nats-url", d.url, "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.JSONEq(t, "[]", stdout)
+}
+
+// TestForwardUsage: the command's usage errors, before it connects.
+func TestForwardUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"forward"}, "--to URL is required"},
+		{[]string{"forward", "--to", "ftp://x"}, "is not an http or https URL"},
+		{[]string{"forward", "--to", "http://x", "--kinds", "refused,nope"}, `kind "nope"`},
+		{[]string{"forward", "--to", "http://x", "--from", "yesterday"}, `from "yesterday"`},
+		{[]string{"forward", "--to", "http://x", "--header", "no-colon"}, "use NAME: VALUE"},
+		{[]string{"forward", "retry"}, "give the sequences to retry, or --all"},
+		{[]string{"forward", "retry", "x"}, "is not a sequence"},
+		{[]string{"forward", "failed", "x"}, "takes no arguments"},
+	} {
+		code, _, errs := runCLI(t, "", tc.args...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, errs)
+		assert.Contains(t, errs, tc.want, "%v", tc.args)
+	}
+}
