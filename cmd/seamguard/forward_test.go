@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/forward"
+	"github.com/seamguard/seamguard/internal/longtest"
 )
 
 // ceReceiver records the CloudEvents POSTed to it (decoded with sdk-go)
@@ -164,4 +168,71 @@ func TestForwardUsage(t *testing.T) {
 		assert.Equal(t, 2, code, "%v: %s", tc.args, errs)
 		assert.Contains(t, errs, tc.want, "%v", tc.args)
 	}
+}
+
+// TestForwardPythonReceiver runs examples/python/receiver.py and delivers
+// the seed story's verdicts to it with seamguard forward: what it prints
+// names each verdict's kind, session and reasons, in order, with the
+// processor's signing key.
+func TestForwardPythonReceiver(t *testing.T) {
+	longtest.Skip(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	d := startDeployment(t)
+	cmd := exec.Command(py, "../../examples/python/receiver.py", "--port", "0")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var pyErr lockedBuffer
+	cmd.Stderr = &pyErr
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	var url string
+	select {
+	case l := <-lines:
+		url = strings.TrimPrefix(l, "listening on ")
+		require.True(t, strings.HasPrefix(url, "http://127.0.0.1:"), l)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("receiver.py did not start: %s", pyErr.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var errs lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"forward", "--nats-url", d.url, "--to", url, "--trust-key", d.key.PublicKey()}, strings.NewReader(""), io.Discard, &errs)
+	}()
+	defer func() {
+		cancel()
+		assert.Equal(t, 0, <-done, errs.String())
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(errs.String(), "forwarding verdicts") }, 10*time.Second, 10*time.Millisecond, errs.String())
+	d.publish(t, readLines(t, filepath.Join(storiesDir, "seed-story.jsonl")))
+
+	var got []string
+	timeout := time.After(20 * time.Second)
+	for len(got) < 3 {
+		select {
+		case l := <-lines:
+			got = append(got, l)
+		case <-timeout:
+			t.Fatalf("receiver.py printed %q; stderr %s; forward %s", got, pyErr.String(), errs.String())
+		}
+	}
+	key := " signer=" + d.key.PublicKey()
+	assert.Regexp(t, `^spilled ops-agent-42 spill=ops-agent-42/1\.jsonl id=sg-\S+ seq=1`+key+`$`, got[0])
+	assert.Regexp(t, `^refused ops-agent-42 request=compact-1 reasons=coverage_hole spill=ops-agent-42/1\.jsonl next=retry id=sg-\S+ seq=2`+key+`$`, got[1])
+	assert.Regexp(t, `^allowed ops-agent-42 request=compact-1 cured=\S+ id=sg-\S+ seq=3`+key+`$`, got[2])
 }
