@@ -94,6 +94,10 @@ func runForward(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if len(pos) > 0 {
 		return fmt.Errorf("%w: forward takes no arguments but failed and retry; got %q", errUsage, pos[0])
 	}
+	// The environment first: --to and the filters may come from it.
+	if err := applyEnv(fs); err != nil {
+		return err
+	}
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
 			cfg.Kinds = append(cfg.Kinds, strings.TrimSpace(k))
@@ -270,6 +274,9 @@ func runForwardRetry(ctx context.Context, args []string, stdout, stderr io.Write
 			return fmt.Errorf("%w: %q is not a sequence of the undeliverable stream (forward failed lists them)", errUsage, p)
 		}
 		seqs = append(seqs, n)
+	}
+	if err := applyEnv(fs); err != nil {
+		return err
 	}
 	if *all == (len(seqs) > 0) {
 		return fmt.Errorf("%w: give the sequences to retry, or --all", errUsage)

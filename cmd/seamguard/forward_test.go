@@ -236,3 +236,11 @@ func TestForwardPythonReceiver(t *testing.T) {
 	assert.Regexp(t, `^refused ops-agent-42 request=compact-1 reasons=coverage_hole spill=ops-agent-42/1\.jsonl next=retry id=sg-\S+ seq=2`+key+`$`, got[1])
 	assert.Regexp(t, `^allowed ops-agent-42 request=compact-1 cured=\S+ id=sg-\S+ seq=3`+key+`$`, got[2])
 }
+
+// TestForwardEnv: --to may come from SEAMGUARD_TO, like every flag.
+func TestForwardEnv(t *testing.T) {
+	t.Setenv("SEAMGUARD_TO", "ftp://from-env")
+	code, _, errs := runCLI(t, "", "forward")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, `"ftp://from-env" is not an http or https URL`)
+}
