@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -410,4 +411,41 @@ func TestConfigValidate(t *testing.T) {
 	assert.Equal(t, []string{"p.verdicts.s.halted", "p.verdicts.s.refused"}, forward.Config{Prefix: "p", Session: "s", Kinds: []string{"refused", "halted"}}.Filters())
 	assert.Equal(t, "SEAMGUARD_UNDELIVERABLE", forward.UndeliverableStream(""))
 	assert.Equal(t, "SEAMGUARD_VERDICTS", forward.VerdictStream(""))
+}
+
+// TestInProgressHoldsTheVerdict: while a forwarder retries a verdict for
+// longer than the consumer's ack wait, it keeps it in progress: the other
+// forwarder sharing the consumer never gets it, and it is delivered once.
+func TestInProgressHoldsTheVerdict(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.JS.CreateConsumer(context.Background(), "SEAMGUARD_VERDICTS", jetstream.ConsumerConfig{
+		Durable: "held", FilterSubjects: []string{"seamguard.verdicts.*.*"}, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Second, DeliverPolicy: jetstream.DeliverNewPolicy, MaxDeliver: -1})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var first time.Time
+	r := newReceiver(t, func(int, event.Event) (int, time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if time.Since(first) < 3*time.Second {
+			return http.StatusInternalServerError, 0
+		}
+		return http.StatusOK, 0
+	})
+	cfg := fast(r.URL)
+	cfg.Name, cfg.MaxAttempts = "held", 1000
+	cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, 400*time.Millisecond
+	a, b := e.forwarder(t, cfg), e.forwarder(t, cfg)
+	stopA, stopB := run(t, a), run(t, b)
+	id, _ := e.verdict(t, "s1", events.KindRefused)
+	require.Eventually(t, func() bool { return len(r.delivered()) == 1 && e.consumerIdle(t, "held") }, waitFor, tick)
+	require.NoError(t, stopA())
+	require.NoError(t, stopB())
+	assert.Equal(t, []string{id}, r.delivered())
+	sa, sb := a.Stats(), b.Stats()
+	assert.True(t, sa.Attempts == 0 || sb.Attempts == 0, "one forwarder held the verdict throughout: attempts %d and %d", sa.Attempts, sb.Attempts)
+	assert.Greater(t, sa.Attempts+sb.Attempts, uint64(5))
 }

@@ -35,8 +35,9 @@ type Forwarder struct {
 	met      *metrics
 	now      func() time.Time
 
-	cons jetstream.Consumer
-	kept *Undeliverable
+	cons    jetstream.Consumer
+	ackWait time.Duration // the consumer's, which an existing one keeps
+	kept    *Undeliverable
 
 	delivered, keptN, attempts atomic.Uint64
 }
@@ -89,6 +90,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	}
 	if f.cons, err = f.consumer(ctx); err != nil {
 		return nil, err
+	}
+	f.ackWait = f.cons.CachedInfo().Config.AckWait
+	if f.ackWait <= 0 {
+		f.ackWait = cfg.ackWait()
+	}
+	if cfg.timeout() > f.ackWait/2 {
+		f.log.Warn("the consumer's ack wait is short for this --timeout: a slow request may be delivered again by another forwarder meanwhile", "consumer", cfg.name(), "ack_wait", f.ackWait, "timeout", cfg.timeout())
 	}
 	return f, nil
 }
@@ -344,7 +352,7 @@ func (f *Forwarder) backoff(attempt int) time.Duration {
 // still being worked on, so that it is not redelivered to another
 // forwarder meanwhile. It reports false if ctx ended first.
 func (f *Forwarder) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
-	tick := f.cfg.ackWait() / 3
+	tick := f.ackWait / 3
 	deadline := time.Now().Add(d)
 	for {
 		_ = msg.InProgress()
