@@ -18,12 +18,16 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/forward"
 	"github.com/seamguard/seamguard/internal/longtest"
+	"github.com/seamguard/seamguard/processor"
 )
 
 // ceReceiver records the CloudEvents POSTed to it (decoded with sdk-go)
@@ -243,4 +247,77 @@ func TestForwardEnv(t *testing.T) {
 	code, _, errs := runCLI(t, "", "forward")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, `"ftp://from-env" is not an http or https URL`)
+}
+
+// TestForwardShippedIdentity runs forward, forward failed and forward
+// retry through the CLI as the shipped forwarder identity of
+// deploy/nats/standalone.conf, against verdicts the shipped processor
+// identity published: no permissions violation, and the verdict the
+// receiver refused is kept, listed and delivered again. As the operator,
+// forward stops at once, saying the forwarder identity may.
+func TestForwardShippedIdentity(t *testing.T) {
+	url := startShipped(t)
+	proc := connectAs(t, url, "processor", processorInbox)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := processor.Provision(ctx, proc.js, processor.Config{})
+	require.NoError(t, err)
+	key, err := attest.Generate()
+	require.NoError(t, err)
+	for _, kind := range []string{events.TypeCompactionRefused, events.TypeTranscriptSpilled} {
+		var data any = &events.CompactionRefused{RequestID: "r1", Next: events.NextRetry}
+		if kind == events.TypeTranscriptSpilled {
+			data = &events.SpillHandle{Name: "s1/1.jsonl"}
+		}
+		id, subject, body, err := events.Encoder{}.Encode(events.Output{Type: kind, Session: "s1", Cause: events.Cause{ID: "in-" + kind}, Data: data})
+		require.NoError(t, err)
+		m := nats.NewMsg(subject)
+		m.Data = body
+		key.SignMsg(m.Header, body)
+		_, err = proc.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		require.NoError(t, err)
+	}
+	require.Empty(t, proc.refused(t))
+
+	r := newCEReceiver(t, events.TypeTranscriptSpilled)
+	t.Setenv("SEAMGUARD_PASSWORD", shippedPasswords["forwarder"])
+	fctx, fcancel := context.WithCancel(context.Background())
+	var errs lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(fctx, []string{"forward", "--nats-url", url, "--user", "forwarder", "--to", r.URL, "--from", "start",
+			"--trust-key", key.PublicKey(), "--health-listen", "127.0.0.1:0", "--log-format", "json"}, strings.NewReader(""), io.Discard, &errs)
+	}()
+	base := healthBase(t, &errs)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `seamguard_forward_undeliverable_total{reason="rejected"} 1`)
+	}, 20*time.Second, 20*time.Millisecond, errs.String())
+	fcancel()
+	assert.Equal(t, 0, <-done, errs.String())
+	assert.Equal(t, []string{events.TypeCompactionRefused}, r.got())
+	assert.NotContains(t, errs.String(), "permission")
+
+	code, stdout, stderr, _ := cliRun(t, "forward", "failed", "--nats-url", url, "--user", "forwarder")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "s1 spilled")
+	r.mu.Lock()
+	r.reject = map[string]bool{}
+	r.mu.Unlock()
+	code, stdout, stderr, _ = cliRun(t, "forward", "retry", "--all", "--nats-url", url, "--user", "forwarder", "--trust-key", key.PublicKey())
+	require.Equal(t, 0, code, stdout+stderr)
+	assert.Equal(t, []string{events.TypeCompactionRefused, events.TypeTranscriptSpilled}, r.got())
+	assert.NotContains(t, stderr, "permission")
+
+	t.Setenv("SEAMGUARD_PASSWORD", shippedPasswords["operator"])
+	code, _, stderr, took := cliRun(t, "forward", "--nats-url", url, "--user", "operator", "--inbox-prefix", operatorInbox, "--to", r.URL)
+	assert.Equal(t, 1, code)
+	assert.Less(t, took, 10*time.Second, "refused at once")
+	assert.Contains(t, stderr, "permission denied")
+	assert.Contains(t, stderr, "the shipped forwarder identity")
 }
