@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
 	"github.com/seamguard/seamguard/forward"
+	"github.com/seamguard/seamguard/internal/longtest"
 )
 
 const waitFor, tick = 20 * time.Second, 10 * time.Millisecond
@@ -448,4 +450,36 @@ func TestInProgressHoldsTheVerdict(t *testing.T) {
 	sa, sb := a.Stats(), b.Stats()
 	assert.True(t, sa.Attempts == 0 || sb.Attempts == 0, "one forwarder held the verdict throughout: attempts %d and %d", sa.Attempts, sb.Attempts)
 	assert.Greater(t, sa.Attempts+sb.Attempts, uint64(5))
+}
+
+// TestIdleIsQuiet: a forwarder with nothing to forward logs nothing past
+// its start (a fetch that waits in vain is not a failure).
+func TestIdleIsQuiet(t *testing.T) {
+	longtest.Skip(t)
+	e := newEnv(t)
+	var buf lockedBuffer
+	f, err := forward.New(context.Background(), e.JS, forward.Config{To: "http://127.0.0.1:9/"}, forward.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	require.NoError(t, err)
+	stop := run(t, f)
+	time.Sleep(12 * time.Second)
+	require.NoError(t, stop())
+	assert.NotContains(t, buf.String(), "WARN")
+	assert.NotContains(t, buf.String(), "ERROR")
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

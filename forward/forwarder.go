@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -201,7 +202,8 @@ func (f *Forwarder) work(ctx context.Context) error {
 			continue
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoHeartbeat):
+		case errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoHeartbeat):
+			// nothing to forward within the fetch's wait
 			continue
 		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
 			return fmt.Errorf("forward: consumer %s: %w; start the forwarder again to make it anew (with --from: it starts from there)", f.cfg.name(), err)
