@@ -483,3 +483,29 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestStopFinishesInFlight: a forwarder stopped during a request lets it
+// finish and acknowledges the verdict: a forwarder started after it does
+// not deliver it again.
+func TestStopFinishesInFlight(t *testing.T) {
+	e := newEnv(t)
+	r := newReceiver(t, func(n int, _ event.Event) (int, time.Duration) {
+		if n == 0 {
+			return http.StatusOK, time.Second
+		}
+		return http.StatusOK, 0
+	})
+	cfg := fast(r.URL)
+	f := e.forwarder(t, cfg)
+	stop := run(t, f)
+	id, _ := e.verdict(t, "s1", events.KindRefused)
+	require.Eventually(t, func() bool { return len(r.all()) == 1 }, waitFor, tick)
+	require.NoError(t, stop())
+	assert.Equal(t, uint64(1), f.Stats().Delivered, "the request under way finished")
+	require.True(t, e.consumerIdle(t, f.Name()), "and its verdict was acknowledged")
+	g := e.forwarder(t, cfg)
+	stopG := run(t, g)
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, stopG())
+	assert.Equal(t, []string{id}, r.delivered())
+}
