@@ -240,7 +240,7 @@ export interface TestNats {
   readonly url: string;
   readonly pid: number;
   /** The passwords of the three identities. */
-  readonly passwords: { agent: string; processor: string; responder: string; operator: string };
+  readonly passwords: { agent: string; processor: string; responder: string; operator: string; forwarder: string };
   stop(): Promise<void>;
 }
 
