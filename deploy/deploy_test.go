@@ -37,6 +37,7 @@ const (
 	processorPassword = "processor-test-pw"
 	responderPassword = "responder-test-pw"
 	operatorPassword  = "operator-test-pw"
+	forwarderPassword = "forwarder-test-pw"
 )
 
 // setPasswords sets the environment the nats configs read passwords from.
@@ -45,6 +46,7 @@ func setPasswords(t *testing.T) {
 	t.Setenv("NATS_PROCESSOR_PASSWORD", processorPassword)
 	t.Setenv("NATS_RESPONDER_PASSWORD", responderPassword)
 	t.Setenv("NATS_OPERATOR_PASSWORD", operatorPassword)
+	t.Setenv("NATS_FORWARDER_PASSWORD", forwarderPassword)
 }
 
 // flagCall finds flag registrations: fs.StringVar(&x, "name", ...),
@@ -210,6 +212,7 @@ func clusterEnv(name string, routes ...string) map[string]string {
 		"NATS_PROCESSOR_PASSWORD": processorPassword,
 		"NATS_RESPONDER_PASSWORD": responderPassword,
 		"NATS_OPERATOR_PASSWORD":  operatorPassword,
+		"NATS_FORWARDER_PASSWORD": forwarderPassword,
 	}
 }
 
@@ -276,6 +279,7 @@ func TestNATSConfigs(t *testing.T) {
 		t.Setenv("NATS_PROCESSOR_PASSWORD", processorPassword)
 		t.Setenv("NATS_RESPONDER_PASSWORD", responderPassword)
 		t.Setenv("NATS_OPERATOR_PASSWORD", operatorPassword)
+		t.Setenv("NATS_FORWARDER_PASSWORD", forwarderPassword)
 		t.Setenv("NATS_AGENT_PASSWORD", "") // restored after the test
 		os.Unsetenv("NATS_AGENT_PASSWORD")
 		if _, err := server.ProcessConfigFile(filepath.Join("nats", "nats-server.conf")); err == nil || !strings.Contains(err.Error(), "NATS_AGENT_PASSWORD") {
@@ -288,9 +292,9 @@ func TestNATSConfigs(t *testing.T) {
 func checkAccounts(t *testing.T, opts *server.Options) {
 	t.Helper()
 	us := users(opts)
-	want := map[string]string{"agent": agentPassword, "processor": processorPassword, "responder": responderPassword, "operator": operatorPassword}
+	want := map[string]string{"agent": agentPassword, "processor": processorPassword, "responder": responderPassword, "operator": operatorPassword, "forwarder": forwarderPassword}
 	if len(us) != len(want) {
-		t.Errorf("users %v, want exactly agent, processor, responder and operator", slices.Sorted(maps.Keys(us)))
+		t.Errorf("users %v, want exactly agent, processor, responder, operator and forwarder", slices.Sorted(maps.Keys(us)))
 	}
 	for name, pw := range want {
 		u := us[name]
@@ -526,7 +530,7 @@ func TestCompose(t *testing.T) {
 				processorPW = env["NATS_PROCESSOR_PASSWORD"]
 				responderPW = env["NATS_RESPONDER_PASSWORD"]
 			}
-			for _, u := range []string{"agent", "processor", "responder", "operator"} {
+			for _, u := range []string{"agent", "processor", "responder", "operator", "forwarder"} {
 				if users(opts)[u] == nil {
 					t.Errorf("no user %s", u)
 				}
@@ -1028,7 +1032,7 @@ func TestHelmValues(t *testing.T) {
 
 	// the passwords come from the Secret of deploy/kubernetes
 	objs := k8sObjects(t)
-	for _, name := range []string{"NATS_AGENT_PASSWORD", "NATS_PROCESSOR_PASSWORD", "NATS_RESPONDER_PASSWORD", "NATS_OPERATOR_PASSWORD"} {
+	for _, name := range []string{"NATS_AGENT_PASSWORD", "NATS_PROCESSOR_PASSWORD", "NATS_RESPONDER_PASSWORD", "NATS_OPERATOR_PASSWORD", "NATS_FORWARDER_PASSWORD"} {
 		ref := dig(v, "container", "env", name, "valueFrom", "secretKeyRef")
 		sname, key := fmt.Sprint(dig(ref, "name")), fmt.Sprint(dig(ref, "key"))
 		s := objs["Secret/"+sname]

@@ -31,7 +31,7 @@ func tenantPassword(tenant, role string) string { return tenant + "-" + role + "
 func startTenants(t *testing.T) *server.Server {
 	t.Helper()
 	for _, ten := range tenantNames {
-		for _, role := range []string{"agent", "processor", "responder", "operator"} {
+		for _, role := range []string{"agent", "processor", "responder", "operator", "forwarder"} {
 			t.Setenv(strings.ToUpper(ten+"_"+role)+"_PASSWORD", tenantPassword(ten, role))
 		}
 	}

@@ -23,13 +23,14 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":  {"measure seamguard against raw JetStream on the same server (--quick for a small run)", runBench},
-	"check":  {"decide a file of events offline, without a server", runCheck},
-	"demo":   {"play an example session on an embedded server and explain each verdict", runDemo},
-	"serve":  {"run the processor (on an embedded NATS server unless --nats-url)", runServe},
-	"spill":  {"spill get NAME [--only] [-o FILE]: read a spill and the chain before it back, verified", runSpill},
-	"watch":  {"follow verdicts as they are decided", runWatch},
-	"resume": {"lift a session's halt, accepting its lost offsets (--note required)", runResume},
+	"bench":   {"measure seamguard against raw JetStream on the same server (--quick for a small run)", runBench},
+	"check":   {"decide a file of events offline, without a server", runCheck},
+	"demo":    {"play an example session on an embedded server and explain each verdict", runDemo},
+	"forward": {"deliver verdicts to an HTTP endpoint as CloudEvents, at least once (failed, retry: what it could not)", runForward},
+	"serve":   {"run the processor (on an embedded NATS server unless --nats-url)", runServe},
+	"spill":   {"spill get NAME [--only] [-o FILE]: read a spill and the chain before it back, verified", runSpill},
+	"watch":   {"follow verdicts as they are decided", runWatch},
+	"resume":  {"lift a session's halt, accepting its lost offsets (--note required)", runResume},
 
 	"publish":    {"play files of events (JSON Lines) into a running seamguard; --wait prints the verdicts", runPublish},
 	"inspect":    {"draw a session's ledger and its decisions (--svg FILE, --json)", runInspect},

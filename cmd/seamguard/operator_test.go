@@ -26,7 +26,7 @@ import (
 // nats-server loaded with the shipped deploy/nats/standalone.conf (its
 // accounts and permissions), as the shipped identities.
 
-var shippedPasswords = map[string]string{"agent": "agent-test-pw", "processor": "processor-test-pw", "responder": "responder-test-pw", "operator": "operator-test-pw"}
+var shippedPasswords = map[string]string{"agent": "agent-test-pw", "processor": "processor-test-pw", "responder": "responder-test-pw", "operator": "operator-test-pw", "forwarder": "forwarder-test-pw"}
 
 // startShipped starts deploy/nats/standalone.conf on a random loopback port
 // with storage in a temporary directory, and returns its URL.
@@ -36,6 +36,7 @@ func startShipped(t *testing.T) string {
 	t.Setenv("NATS_PROCESSOR_PASSWORD", shippedPasswords["processor"])
 	t.Setenv("NATS_RESPONDER_PASSWORD", shippedPasswords["responder"])
 	t.Setenv("NATS_OPERATOR_PASSWORD", shippedPasswords["operator"])
+	t.Setenv("NATS_FORWARDER_PASSWORD", shippedPasswords["forwarder"])
 	opts, err := server.ProcessConfigFile("../../deploy/nats/standalone.conf")
 	require.NoError(t, err)
 	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
@@ -299,7 +300,7 @@ func TestOperatorToolsShippedIdentities(t *testing.T) {
 func TestShippedGrants(t *testing.T) {
 	url := startShipped(t)
 	conns := map[string]*identityConn{}
-	for _, who := range []string{"agent", "processor", "responder", "operator"} {
+	for _, who := range []string{"agent", "processor", "responder", "operator", "forwarder"} {
 		conns[who] = connectAs(t, url, who, shippedInboxes[who])
 	}
 	grants := shippedGrants(processor.Config{})

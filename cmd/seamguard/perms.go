@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/forward"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -25,7 +26,7 @@ const shippedConfig = "deploy/nats/permissions.conf"
 
 // shippedInboxes are the inbox prefixes of the shipped identities: each may
 // subscribe to its own alone.
-var shippedInboxes = map[string]string{"processor": processorInbox, "operator": operatorInbox, "agent": "_INBOX"}
+var shippedInboxes = map[string]string{"processor": processorInbox, "operator": operatorInbox, "agent": "_INBOX", "forwarder": forwarderInbox}
 
 // A grant is one permission of the shipped identities, as
 // deploy/nats/permissions.conf gives it: the verb and subject pattern, the
@@ -67,7 +68,8 @@ func shippedGrants(cfg processor.Config) []grant {
 		return ok && digits != "" && strings.Trim(digits, "0123456789") == ""
 	}
 	const pub, sub = "publish", "subscribe"
-	op, proc, agent, resp := "operator", "processor", "agent", "responder"
+	op, proc, agent, resp, fwd := "operator", "processor", "agent", "responder", "forwarder"
+	und := forward.UndeliverableStream(prefix)
 	return []grant{
 		// The processor's durable consumers first: their names match the
 		// operator's grants on the events stream, which deny them.
@@ -107,6 +109,9 @@ func shippedGrants(cfg processor.Config) []grant {
 		{verb: pub, pattern: "$JS.API.STREAM.PURGE." + obj, holders: []string{proc}, need: "to remove the chunks of a spill it replaces"},
 		{verb: pub, pattern: "$JS.API.DIRECT.GET." + lk + ".>", holders: []string{proc}, need: "to read a partition's lease"},
 		{verb: pub, pattern: "$JS.API.CONSUMER.*." + ev + ".>", holders: []string{proc}, need: "to manage its consumers of the events stream " + ev},
+		{verb: pub, pattern: "$JS.API.CONSUMER.CREATE." + vd + ".>", holders: []string{proc, fwd}, need: "to create a consumer of the verdict stream " + vd + " (seamguard forward's durable consumer)"},
+		{verb: pub, pattern: "$JS.API.CONSUMER.INFO." + vd + ".*", holders: []string{proc, fwd}, need: "to look up a consumer of the verdict stream " + vd},
+		{verb: pub, pattern: "$JS.API.CONSUMER.MSG.NEXT." + vd + ".*", holders: []string{proc, fwd}, need: "to pull verdicts from a consumer of the verdict stream " + vd},
 		{verb: pub, pattern: "$JS.API.CONSUMER.*." + vd + ".>", holders: []string{proc}, need: "to manage its consumers of the verdict stream " + vd},
 		{verb: pub, pattern: "$JS.API.CONSUMER.*." + obj + ".>", holders: []string{proc}, need: "to manage its consumers of the spill bucket " + n.Spills},
 		{verb: pub, pattern: "$JS.ACK." + ev + ".>", holders: []string{proc}, need: "to acknowledge the events it consumed"},
@@ -120,6 +125,16 @@ func shippedGrants(cfg processor.Config) []grant {
 		{verb: sub, pattern: "$SRV.>", holders: []string{resp}, need: "to answer the discovery of its recover service (nats micro ls, info, stats)"},
 		{verb: pub, pattern: "_INBOX.>", holders: []string{resp}, need: "to answer agents' requests to the recover service, in their inboxes"},
 		{verb: pub, pattern: operatorInbox + ".>", holders: []string{resp}, need: "to answer the operator's discovery of the recover service"},
+
+		// The forwarder's (seamguard forward, forward failed, forward retry).
+		{verb: pub, pattern: "$JS.ACK." + vd + ".>", holders: []string{fwd}, need: "to acknowledge the verdicts it forwarded"},
+		{verb: pub, pattern: "$JS.ACK.*.*." + vd + ".>", holders: []string{fwd}, need: "to acknowledge the verdicts it forwarded"},
+		{verb: pub, pattern: "$JS.API.STREAM.CREATE." + und, holders: []string{fwd}, need: "to create the undeliverable stream " + und},
+		{verb: pub, pattern: "$JS.API.STREAM.INFO." + und, holders: []string{fwd}, need: "to look up the undeliverable stream " + und},
+		{verb: pub, pattern: "$JS.API.STREAM.MSG.GET." + und, holders: []string{fwd}, need: "to read what forwarders could not deliver (forward failed, retry)"},
+		{verb: pub, pattern: "$JS.API.STREAM.MSG.DELETE." + und, holders: []string{fwd}, need: "to remove a kept verdict forward retry delivered"},
+		{verb: pub, pattern: prefix + ".undeliverable.>", holders: []string{fwd}, need: "to keep a verdict it could not deliver"},
+		{verb: sub, pattern: forwarderInbox + ".>", holders: []string{fwd}, need: "to receive replies on the forwarder's inbox"},
 
 		// The agents'.
 		{verb: pub, pattern: prefix + ".events.>", holders: []string{agent}, need: "to publish session events"},

@@ -5,7 +5,7 @@
 // then overrides what a test must choose itself:
 //
 //	go build -o /tmp/testnats ./internal/testnats
-//	NATS_AGENT_PASSWORD=a NATS_PROCESSOR_PASSWORD=p NATS_OPERATOR_PASSWORD=o \
+//	NATS_AGENT_PASSWORD=a NATS_PROCESSOR_PASSWORD=p NATS_RESPONDER_PASSWORD=r NATS_OPERATOR_PASSWORD=o NATS_FORWARDER_PASSWORD=f \
 //	  /tmp/testnats -c deploy/nats/standalone.conf -store /tmp/store -port 0 -sync 2m
 //
 // -port 0 picks a free loopback port, -store replaces the JetStream store

@@ -240,7 +240,7 @@ export interface TestNats {
   readonly url: string;
   readonly pid: number;
   /** The passwords of the three identities. */
-  readonly passwords: { agent: string; processor: string; responder: string; operator: string };
+  readonly passwords: { agent: string; processor: string; responder: string; operator: string; forwarder: string };
   stop(): Promise<void>;
 }
 
@@ -252,7 +252,7 @@ export interface TestNats {
 export async function startTestNats(): Promise<TestNats> {
   const bin = binaries().testnats;
   const dir = mkdtempSync(join(tmpdir(), "seamguard-ts-nats-"));
-  const passwords = { agent: "agent-ts-test", processor: "processor-ts-test", responder: "responder-ts-test", operator: "operator-ts-test" };
+  const passwords = { agent: "agent-ts-test", processor: "processor-ts-test", responder: "responder-ts-test", operator: "operator-ts-test", forwarder: "forwarder-ts-test" };
   const c = spawn(
     bin,
     ["-c", join(repoRoot, "deploy/nats/standalone.conf"), "-store", join(dir, "store"), "-port", "0", "-sync", "2m", "-stdin-eof"],
@@ -264,6 +264,7 @@ export async function startTestNats(): Promise<TestNats> {
         NATS_PROCESSOR_PASSWORD: passwords.processor,
         NATS_RESPONDER_PASSWORD: passwords.responder,
         NATS_OPERATOR_PASSWORD: passwords.operator,
+        NATS_FORWARDER_PASSWORD: passwords.forwarder,
       },
     },
   );
