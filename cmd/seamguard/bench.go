@@ -38,7 +38,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.BoolVar(&cfg.Quick, "quick", false, "small sizes: the whole run takes well under a minute")
 	fs.StringVar(&cfg.URL, "nats-url", "", "measure against this NATS server instead of a fresh embedded one")
 	fs.StringVar(&jsonPath, "json", "", "also write the full report as JSON to this file")
-	fs.StringVar(&skip, "skip", "", "comma-separated measurements to leave out: ingest, latency, sessions, decision, spill")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to leave out: ingest, latency, http, sessions, decision, spill")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the servers' storage (default: a temporary directory, removed after)")
 	fs.BoolVar(&inProcess, "in-process", false, "run the embedded server in this process (memory figures then include the server's, and there is no recovery after a crash: it would kill the bench)")
 	fs.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of this process (the processor and the clients) to this file")

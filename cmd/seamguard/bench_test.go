@@ -87,6 +87,19 @@ func TestBenchQuick(t *testing.T) {
 	require.NotNil(t, rep.Latency)
 	require.Positive(t, rep.Latency.Raw.P50)
 	require.GreaterOrEqual(t, rep.Latency.Seamguard.P99, rep.Latency.Seamguard.P50)
+	h := rep.HTTP
+	require.NotNil(t, h, "the HTTP gateway is measured")
+	require.Positive(t, h.NATSPerSec)
+	require.Positive(t, h.BinaryPerSec)
+	require.Positive(t, h.BatchPerSec)
+	require.InDelta(t, h.BinaryPerSec/h.NATSPerSec, h.BinaryRatio, 1e-9)
+	require.InDelta(t, h.BatchPerSec/h.NATSPerSec, h.BatchRatio, 1e-9)
+	require.Positive(t, h.HTTPLatency.P50)
+	require.Positive(t, h.NATSLatency.P50)
+	require.InDelta(t, h.HTTPLatency.P50/h.NATSLatency.P50, h.LatencyRatio, 1e-9)
+	for _, key := range []string{"http_ingest", "http_latency_p50"} {
+		require.Contains(t, rep.Targets, key)
+	}
 	require.NotNil(t, rep.Sessions)
 	require.Positive(t, rep.Sessions.HeapPerSession, "live sessions hold memory")
 	require.Less(t, rep.Sessions.HeapPerSession, 64.0*1024, "no session holds 64 KiB")

@@ -52,7 +52,7 @@ type Config struct {
 	// is one) decide events of distinct sessions: a size with fewer
 	// sessions than that needs takes its share of them for each run.
 	SessionEvents int
-	// Skip names measurements to leave out: "ingest", "latency",
+	// Skip names measurements to leave out: "ingest", "latency", "http",
 	// "sessions", "decision", "spill".
 	Skip []string
 	// SyncInterval is how the servers the run starts sync: 0 (the
@@ -84,10 +84,10 @@ func (c Config) Validate() error {
 	if c.SessionEvents < 0 {
 		errs = append(errs, fmt.Errorf("bench: SessionEvents %d is negative; 0 means the default", c.SessionEvents))
 	}
-	known := map[string]bool{"ingest": true, "latency": true, "sessions": true, "decision": true, "spill": true}
+	known := map[string]bool{"ingest": true, "latency": true, "http": true, "sessions": true, "decision": true, "spill": true}
 	for _, s := range c.Skip {
 		if !known[s] {
-			errs = append(errs, fmt.Errorf("bench: Skip names %q; use ingest, latency, sessions, decision or spill", s))
+			errs = append(errs, fmt.Errorf("bench: Skip names %q; use ingest, latency, http, sessions, decision or spill", s))
 		}
 	}
 	return errors.Join(errs...)
@@ -116,6 +116,7 @@ type Report struct {
 	GoVer    string           `json:"go"`
 	Ingest   []IngestResult   `json:"ingest,omitempty"`
 	Latency  *LatencyResult   `json:"latency,omitempty"`
+	HTTP     *HTTPResult      `json:"http,omitempty"`
 	Sessions *SessionsResult  `json:"sessions,omitempty"`
 	Decision *DecisionResult  `json:"decision,omitempty"`
 	Spill    *SpillResult     `json:"spill,omitempty"`
@@ -199,6 +200,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.Latency = res
 			return err
 		}),
+		with("http", func(s *server) error {
+			res, err := runHTTP(ctx, s, sz.httpEvents, sz.ingestSessions, sz.httpRounds, sz.httpRequests, progress)
+			r.HTTP = res
+			return err
+		}),
 		func() error {
 			// The sessions measurement restarts its server between
 			// writing the sessions and measuring, so it starts its own.
@@ -253,6 +259,9 @@ type runSizes struct {
 	latencyRequests int
 	sessionSizes    []int
 	sessionEvents   int
+	httpEvents      int
+	httpRounds      int
+	httpRequests    int
 	decisionSizes   []int
 	decisionTime    time.Duration
 	spillSizes      []int64 // the last is the one compared with a raw put
@@ -264,6 +273,7 @@ func sizes(quick bool) runSizes {
 		return runSizes{
 			ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{4_000, 1_000}, ingestSessions: 10, ingestRounds: 1,
 			latencyRequests: 100,
+			httpEvents:      2_000, httpRounds: 1, httpRequests: 50,
 			sessionSizes:    []int{1_000, 3_000}, sessionEvents: 1_000,
 			decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: 100 * time.Millisecond,
 			spillSizes: []int64{4 << 20, 16 << 20}, spillRounds: 1,
@@ -272,6 +282,7 @@ func sizes(quick bool) runSizes {
 	return runSizes{
 		ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{50_000, 12_000}, ingestSessions: 100, ingestRounds: 5,
 		latencyRequests: 2_000,
+		httpEvents:      20_000, httpRounds: 3, httpRequests: 1_000,
 		sessionSizes:    []int{100_000, 500_000, 1_000_000}, sessionEvents: 20_000,
 		decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: time.Second,
 		spillSizes: []int64{64 << 20, 256 << 20}, spillRounds: 3,
@@ -321,6 +332,16 @@ func (r *Report) rows() {
 			Seamguard: fmt.Sprintf("%.0f", in.SeamguardPerSec), Raw: fmt.Sprintf("%.0f (per-message)", in.PerMessagePerSec),
 			Ratio: in.AtomicOverPerMessage, Target: "(report)",
 		})
+	}
+	if h := r.HTTP; h != nil {
+		add("http_ingest", Row{Item: "2b http", Metric: fmt.Sprintf("events/s through the HTTP gateway, binary mode (one event a request, %d clients), %d events of 1 KiB, %d sessions, decided, median of %d, vs the same published on NATS", h.Concurrency, h.Events, h.Sessions, h.Rounds),
+			Seamguard: fmt.Sprintf("%.0f", h.BinaryPerSec), Raw: fmt.Sprintf("%.0f (NATS)", h.NATSPerSec), Ratio: h.BinaryRatio, Target: ">= 0.5", Met: met(h.BinaryRatio >= 0.5)})
+		add("", Row{Item: "2b http", Metric: fmt.Sprintf("  batched mode (%d events a request, %d clients), vs the same published on NATS", h.BatchEvents, h.Concurrency),
+			Seamguard: fmt.Sprintf("%.0f", h.BatchPerSec), Raw: fmt.Sprintf("%.0f (NATS)", h.NATSPerSec), Ratio: h.BatchRatio, Target: "(report)"})
+		add("http_latency_p50", Row{Item: "2b http", Metric: fmt.Sprintf("p50 of %d requests to their verdicts: POST ?wait= vs NATS publish and subscribe", h.Requests),
+			Seamguard: dur(h.HTTPLatency.P50), Raw: dur(h.NATSLatency.P50) + " (NATS)", Ratio: h.LatencyRatio, Target: "<= 2", Met: met(h.LatencyRatio <= 2)})
+		add("", Row{Item: "2b http", Metric: fmt.Sprintf("  p99 of %d requests, the same", h.Requests),
+			Seamguard: dur(h.HTTPLatency.P99), Raw: dur(h.NATSLatency.P99) + " (NATS)", Ratio: ratio(h.HTTPLatency.P99, h.NATSLatency.P99), Target: "(report)"})
 	}
 	if l := r.Latency; l != nil {
 		add("latency_p50", Row{Item: "2 latency", Metric: fmt.Sprintf("p50 of %d requests", l.Requests),
