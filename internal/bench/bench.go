@@ -274,7 +274,7 @@ func sizes(quick bool) runSizes {
 			ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{4_000, 1_000}, ingestSessions: 10, ingestRounds: 1,
 			latencyRequests: 100,
 			httpEvents:      2_000, httpRounds: 1, httpRequests: 50,
-			sessionSizes:    []int{1_000, 3_000}, sessionEvents: 1_000,
+			sessionSizes: []int{1_000, 3_000}, sessionEvents: 1_000,
 			decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: 100 * time.Millisecond,
 			spillSizes: []int64{4 << 20, 16 << 20}, spillRounds: 1,
 		}
@@ -282,8 +282,8 @@ func sizes(quick bool) runSizes {
 	return runSizes{
 		ingestBodies: []int{1 << 10, 8 << 10}, ingestEvents: []int{50_000, 12_000}, ingestSessions: 100, ingestRounds: 5,
 		latencyRequests: 2_000,
-		httpEvents:      20_000, httpRounds: 3, httpRequests: 1_000,
-		sessionSizes:    []int{100_000, 500_000, 1_000_000}, sessionEvents: 20_000,
+		httpEvents:      5_000, httpRounds: 3, httpRequests: 1_000,
+		sessionSizes: []int{100_000, 500_000, 1_000_000}, sessionEvents: 20_000,
 		decisionSizes: []int{1_000, 10_000, 100_000}, decisionTime: time.Second,
 		spillSizes: []int64{64 << 20, 256 << 20}, spillRounds: 3,
 	}
