@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,7 +129,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		items[i].msg = m
 		key := events.MsgID(ev.Source, ev.ID)
 		if j, dup := firstOf[key]; dup {
-			if diff := eventDiff(items[j].ev, ev); diff != "" {
+			if diff := events.Diff(items[j].ev, ev); diff != "" {
 				e := events.Errorf(events.CodeMalformed, "id",
 					"events %d and %d of the batch have the same source %q and id %q but differ in %s; an event is (source, id): give each event its own id", j, i, ev.Source, ev.ID, diff)
 				rej := rejection(i, e, ev.Subject, ev.ID, events.Meta{Subject: subject})
@@ -451,28 +450,6 @@ func headerSize(h nats.Header) int {
 	return n
 }
 
-// eventDiff names what differs between two events (their attributes and
-// data, not the content mode they travelled in), or "".
-func eventDiff(a, b *events.Event) string {
-	var d []string
-	for _, f := range []struct {
-		name string
-		same bool
-	}{
-		{"source", a.Source == b.Source},
-		{"id", a.ID == b.ID},
-		{"type", a.Type == b.Type},
-		{"subject", a.Subject == b.Subject},
-		{"time", a.Time.Equal(b.Time)},
-		{"data", bytes.Equal(a.Data, b.Data)},
-	} {
-		if !f.same {
-			d = append(d, f.name)
-		}
-	}
-	return strings.Join(d, ", ")
-}
-
 // publish stores one event with Nats-Msg-Id events.MsgID(source, id) and
 // waits for the stream's ack. A duplicate ack is read back and compared:
 // the same event published before is fine, another one under the same
@@ -526,7 +503,7 @@ func (s *Server) sameAsStored(ctx context.Context, ev *events.Event, ack *jetstr
 	if err != nil {
 		return fmt.Errorf("the events stream holds another message under its (source, id) (sequence %d, not a valid event); give the event a new id", ack.Sequence)
 	}
-	if diff := eventDiff(stored, ev); diff != "" {
+	if diff := events.Diff(stored, ev); diff != "" {
 		return fmt.Errorf("the events stream holds another event with the same source and id (sequence %d), which differs in %s; an event is (source, id): give this one a new id", ack.Sequence, diff)
 	}
 	return nil

@@ -612,33 +612,11 @@ func storedBefore(ctx context.Context, nc *nats.Conn, denied *denials, subj even
 		return fmt.Errorf("%s was not stored: stream %s holds another message under its message id %s (sequence %d, on %s, not a readable event: %v)",
 			this, ack.Stream, msgID, ack.Sequence, raw.Subject, err)
 	}
-	if diff := eventDiff(stored, ev); diff != "" {
+	if diff := events.Diff(stored, ev); diff != "" {
 		return fmt.Errorf("%s was not stored: stream %s holds another event under its message id %s: %s %s of source %s (session %s, sequence %d), which differs in %s",
 			this, ack.Stream, msgID, termtext.Escape(shortType(stored.Type)), termtext.Escape(stored.ID), termtext.Escape(stored.Source), termtext.Escape(stored.Subject), ack.Sequence, diff)
 	}
 	return nil
-}
-
-// eventDiff names what differs between two events (their CloudEvents
-// attributes and data; not the content mode they travelled in), or "".
-func eventDiff(a, b *events.Event) string {
-	var d []string
-	for _, f := range []struct {
-		name string
-		same bool
-	}{
-		{"source", a.Source == b.Source},
-		{"id", a.ID == b.ID},
-		{"type", a.Type == b.Type},
-		{"subject", a.Subject == b.Subject},
-		{"time", a.Time.Equal(b.Time)},
-		{"data", bytes.Equal(a.Data, b.Data)},
-	} {
-		if !f.same {
-			d = append(d, f.name)
-		}
-	}
-	return strings.Join(d, ", ")
 }
 
 // A waiter follows what the processor makes of the events a command
