@@ -281,7 +281,13 @@ func abbreviate(s string) string {
 	if len(s) <= max {
 		return s
 	}
-	return s[:max] + "..."
+	// Cut at a character's start, never inside one: the message stays
+	// valid UTF-8.
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // appendString appends s as a JSON string. It does not escape HTML, so that
