@@ -29,6 +29,7 @@ func TestOperatorPermissions(t *testing.T) {
 		"NATS_PROCESSOR_PASSWORD": "processor-test",
 		"NATS_RESPONDER_PASSWORD": "responder-test",
 		"NATS_OPERATOR_PASSWORD":  "operator-test",
+		"NATS_FORWARDER_PASSWORD": "forwarder-test",
 	} {
 		t.Setenv(k, v)
 	}
