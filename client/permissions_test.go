@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/seamguard/seamguard/client"
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
 	"github.com/seamguard/seamguard/spill"
 )
@@ -30,26 +30,7 @@ import (
 // spill from the object store. The agent hears the rejection of its own
 // event (OnRejected) with the same permissions.
 func TestAgentPermissions(t *testing.T) {
-	for k, v := range map[string]string{
-		"NATS_AGENT_PASSWORD":     "agent-test",
-		"NATS_PROCESSOR_PASSWORD": "processor-test",
-		"NATS_RESPONDER_PASSWORD": "responder-test",
-		"NATS_OPERATOR_PASSWORD":  "operator-test",
-		"NATS_FORWARDER_PASSWORD": "forwarder-test",
-	} {
-		t.Setenv(k, v)
-	}
-	opts, err := server.ProcessConfigFile("../deploy/nats/standalone.conf")
-	require.NoError(t, err)
-	opts.Port = server.RANDOM_PORT
-	opts.HTTPPort = 0
-	opts.StoreDir = t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	require.True(t, srv.ReadyForConnections(10*time.Second))
+	srv := embedded.StartShippedTest(t, "../deploy/nats/standalone.conf")
 
 	var mu sync.Mutex
 	var violations []error

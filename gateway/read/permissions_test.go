@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/processor"
 )
 
@@ -24,26 +24,7 @@ import (
 // shipped processor identity cannot read the verdict stream: it has no
 // direct get on it.)
 func TestOperatorPermissions(t *testing.T) {
-	for k, v := range map[string]string{
-		"NATS_AGENT_PASSWORD":     "agent-test",
-		"NATS_PROCESSOR_PASSWORD": "processor-test",
-		"NATS_RESPONDER_PASSWORD": "responder-test",
-		"NATS_OPERATOR_PASSWORD":  "operator-test",
-		"NATS_FORWARDER_PASSWORD": "forwarder-test",
-	} {
-		t.Setenv(k, v)
-	}
-	opts, err := server.ProcessConfigFile("../../deploy/nats/standalone.conf")
-	require.NoError(t, err)
-	opts.Port = server.RANDOM_PORT
-	opts.HTTPPort = 0
-	opts.StoreDir = t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	require.True(t, srv.ReadyForConnections(10*time.Second))
+	srv := embedded.StartShippedTest(t, "../../deploy/nats/standalone.conf")
 
 	var mu sync.Mutex
 	var violations []string
