@@ -252,12 +252,9 @@ func (s Subjects) fastSessionOf(natsSubject string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if r, ok := strings.CutPrefix(rest, partitioned); ok {
-		part, tok, ok := strings.Cut(r, ".")
-		if !ok || part == "" || strings.Trim(part, "0123456789") != "" {
-			return "", false
-		}
-		return tok, ValidSessionID(tok)
+	if strings.HasPrefix(rest, partitioned) {
+		tok, _, ok := s.storedParts(natsSubject)
+		return tok, ok && ValidSessionID(tok)
 	}
 	tok, ok := strings.CutPrefix(rest, ".events.")
 	if !ok {

@@ -24,11 +24,27 @@ type Subjects struct {
 	// Prefix is one or more dot-separated tokens; empty means DefaultPrefix.
 	Prefix string
 	// Partitions is the number of partitions the events stream stores
-	// sessions in: agents publish on Events(session), and the stream's
-	// subject transform stores the message as Stored(session). Zero means
-	// the stream stores events as published.
+	// sessions in: agents publish on Events(session) and operators on
+	// Control(session), and the stream's subject transform stores the
+	// message as Stored(session) or StoredControl(session), both in the
+	// session's partition. Zero means the stream stores inputs as
+	// published.
 	Partitions int
+	// ControlApart describes an events stream whose transform maps only
+	// the events subjects, storing an event as
+	// "<prefix>.partitioned.<p>.<session>" and control subjects as
+	// published; a partition then also reads every control subject. The
+	// zero value is the layout seamguard creates, where both kinds are
+	// stored in the partition as "<prefix>.partitioned.<p>.<kind>.<session>".
+	ControlApart bool
 }
+
+// The kinds of input subject: the token after the partition of a stored
+// subject in the partitioned layout.
+const (
+	kindEvents  = "events"
+	kindControl = "control"
+)
 
 func (s Subjects) prefix() string {
 	if s.Prefix == "" {
@@ -77,21 +93,33 @@ func (s Subjects) ControlWildcard() string {
 }
 
 // IsControl reports whether natsSubject is a control subject: one that
-// starts "<prefix>.control.".
+// starts "<prefix>.control.", or the subject the events stream stores such
+// a subject under.
 func (s Subjects) IsControl(natsSubject string) bool {
+	if _, kind, ok := s.storedParts(natsSubject); ok {
+		return kind == kindControl
+	}
 	return strings.HasPrefix(natsSubject, s.prefix()+".control.")
 }
 
 // ControlToken returns what follows "<prefix>.control." in natsSubject, and
-// whether natsSubject is a control subject at all.
+// whether natsSubject is a control subject as published.
 func (s Subjects) ControlToken(natsSubject string) (string, bool) {
 	return strings.CutPrefix(natsSubject, s.prefix()+".control.")
 }
 
-// SessionFilters are the subjects the events stream stores session's inputs
-// under: Stored(session) and Control(session).
+// SessionFilters are the subjects the events stream stores session's
+// inputs under: Stored(session) and StoredControl(session). Both are
+// literal: the stream finds a literal subject's messages through its
+// subject index, where a wildcard may make it scan its blocks.
 func (s Subjects) SessionFilters(session string) []string {
-	return []string{s.Stored(session), s.Control(session)}
+	return []string{s.Stored(session), s.StoredControl(session)}
+}
+
+// HoldsInput reports whether stored is a subject the events stream stores
+// session's inputs under.
+func (s Subjects) HoldsInput(session, stored string) bool {
+	return stored == s.Stored(session) || stored == s.StoredControl(session)
 }
 
 // StreamSubjects are the subjects of the events stream: every events and
@@ -120,8 +148,8 @@ func (s Subjects) VerdictsWildcard(kind string) string {
 }
 
 // Partition returns the partition of session: FNV-32a of the session id
-// modulo Partitions, the same function as the {{partition(n,1)}} subject
-// transform of nats-server. It is 0 when Partitions is 0.
+// modulo Partitions, the same function as the partition subject transform
+// of nats-server over the session token alone. It is 0 when Partitions is 0.
 func (s Subjects) Partition(session string) int {
 	if s.Partitions <= 0 {
 		return 0
@@ -138,29 +166,105 @@ func (s Subjects) Partition(session string) int {
 const partitioned = ".partitioned."
 
 // Stored is the subject the events stream stores the session's events
-// under: "<prefix>.partitioned.<p>.<session>", or Events(session) when
-// Partitions is 0.
+// under: "<prefix>.partitioned.<p>.events.<session>" ("…<p>.<session>" with
+// ControlApart), or Events(session) when Partitions is 0.
 func (s Subjects) Stored(session string) string {
 	if s.Partitions <= 0 {
 		return s.Events(session)
 	}
-	return s.prefix() + partitioned + strconv.Itoa(s.Partition(session)) + "." + session
+	if s.ControlApart {
+		return s.inPartition(session, "")
+	}
+	return s.inPartition(session, kindEvents)
+}
+
+// StoredControl is the subject the events stream stores the session's
+// control inputs under: "<prefix>.partitioned.<p>.control.<session>", or
+// Control(session) with ControlApart or when Partitions is 0.
+func (s Subjects) StoredControl(session string) string {
+	if s.Partitions <= 0 || s.ControlApart {
+		return s.Control(session)
+	}
+	return s.inPartition(session, kindControl)
+}
+
+// inPartition is "<prefix>.partitioned.<p>.<kind>.<session>", or
+// "<prefix>.partitioned.<p>.<session>" for no kind.
+func (s Subjects) inPartition(session, kind string) string {
+	p := s.prefix() + partitioned + strconv.Itoa(s.Partition(session)) + "."
+	if kind == "" {
+		return p + session
+	}
+	return p + kind + "." + session
+}
+
+// StoredControlFilter matches the subjects the events stream stores every
+// session's control inputs under: "<prefix>.partitioned.*.control.*", or
+// ControlWildcard with ControlApart or when Partitions is 0.
+func (s Subjects) StoredControlFilter() string {
+	if s.Partitions <= 0 || s.ControlApart {
+		return s.ControlWildcard()
+	}
+	return s.prefix() + partitioned + "*." + kindControl + ".*"
+}
+
+// ControlSession returns the session of a control input stored under
+// stored, in either layout, and whether stored is one.
+func (s Subjects) ControlSession(stored string) (string, bool) {
+	if tok, kind, ok := s.storedParts(stored); ok {
+		return tok, kind == kindControl
+	}
+	tok, ok := s.ControlToken(stored)
+	return tok, ok && !strings.Contains(tok, ".")
+}
+
+// storedParts splits a subject of either partitioned layout: the kind and
+// session token of "<prefix>.partitioned.<p>.<kind>.<token>", or of
+// "<prefix>.partitioned.<p>.<token>" (ControlApart: kind events). ok is
+// false for any other subject.
+func (s Subjects) storedParts(stored string) (tok, kind string, ok bool) {
+	rest, ok := strings.CutPrefix(stored, s.prefix())
+	if !ok {
+		return "", "", false
+	}
+	rest, ok = strings.CutPrefix(rest, partitioned)
+	if !ok {
+		return "", "", false
+	}
+	part, rest, ok := strings.Cut(rest, ".")
+	if !ok || part == "" || strings.Trim(part, "0123456789") != "" {
+		return "", "", false
+	}
+	kind, tok, two := strings.Cut(rest, ".")
+	if !two {
+		return kind, kindEvents, true // "<p>.<token>"
+	}
+	if kind != kindEvents && kind != kindControl || strings.Contains(tok, ".") {
+		return "", "", false
+	}
+	return tok, kind, true
 }
 
 // Published returns the subject an input was published on, given the
-// subject the events stream stores it under: Events(session) for a stored
-// "<prefix>.partitioned.<p>.<session>", any other subject as it is (the
-// stream's transform leaves those alone).
+// subject the events stream stores it under: Events(session) or
+// Control(session) for a stored partitioned subject of either layout, any
+// other subject as it is (the stream's transform leaves those alone).
 func (s Subjects) Published(stored string) string {
-	rest, ok := strings.CutPrefix(stored, s.prefix()+partitioned)
+	tok, kind, ok := s.storedParts(stored)
 	if !ok {
 		return stored
 	}
-	part, tok, ok := strings.Cut(rest, ".")
-	if !ok || part == "" || strings.Trim(part, "0123456789") != "" || strings.Contains(tok, ".") {
-		return stored
+	return s.prefix() + "." + kind + "." + tok
+}
+
+// Route returns the key that brings one session's inputs together, given
+// the subject one is stored under: the session's Stored subject for any
+// input of a session, of either kind, and any other subject as it is.
+func (s Subjects) Route(stored string) string {
+	if tok, ok := s.ControlSession(stored); ok {
+		return s.Stored(tok)
 	}
-	return s.Events(tok)
+	return stored
 }
 
 // PublishedRejection returns o with its rejection's input subject (an
@@ -179,15 +283,41 @@ func (s Subjects) PublishedRejection(o Output) Output {
 	return o
 }
 
-// PartitionFilter matches the stored subjects of partition p.
-func (s Subjects) PartitionFilter(p int) string {
-	return s.prefix() + partitioned + strconv.Itoa(p) + ".*"
+// PartitionFilters are the filters of partition p's consumer: the stored
+// subjects of its sessions' inputs, of both kinds; with ControlApart, its
+// events and every control subject of one token (a partition then leaves
+// those of other partitions' sessions alone). For p < 0 they match what
+// names no session: the subjects the transform leaves as published.
+func (s Subjects) PartitionFilters(p int) []string {
+	switch {
+	case p < 0 && s.ControlApart:
+		return []string{s.prefix() + ".events.>", s.prefix() + ".control.*.>"}
+	case p < 0:
+		return []string{s.prefix() + ".events.*.>", s.prefix() + ".control.*.>"}
+	case s.ControlApart:
+		return []string{s.prefix() + partitioned + strconv.Itoa(p) + ".*", s.ControlWildcard()}
+	}
+	return []string{s.prefix() + partitioned + strconv.Itoa(p) + ".*.*"}
+}
+
+// TransformSource is the source of the events stream's subject transform:
+// every input subject of one token after the prefix, events and control
+// ("<prefix>.*.*"; EventsWildcard with ControlApart).
+func (s Subjects) TransformSource() string {
+	if s.ControlApart {
+		return s.EventsWildcard()
+	}
+	return s.prefix() + ".*.*"
 }
 
 // TransformDestination is the destination of the events stream's subject
-// transform, whose source is EventsWildcard.
+// transform, whose source is TransformSource: the partition of the session
+// token, the kind, then the session token.
 func (s Subjects) TransformDestination() string {
-	return s.prefix() + partitioned + "{{partition(" + strconv.Itoa(s.Partitions) + ",1)}}.{{wildcard(1)}}"
+	if s.ControlApart {
+		return s.prefix() + partitioned + "{{partition(" + strconv.Itoa(s.Partitions) + ",1)}}.{{wildcard(1)}}"
+	}
+	return s.prefix() + partitioned + "{{partition(" + strconv.Itoa(s.Partitions) + ",2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
 }
 
 // SessionOf returns the session token of an input subject:
@@ -204,10 +334,8 @@ func (s Subjects) SessionOf(natsSubject string) (string, error) {
 }
 
 func (s Subjects) sessionOf(natsSubject string) (string, *Error) {
-	if rest, ok := strings.CutPrefix(natsSubject, s.prefix()+partitioned); ok {
-		if part, tok, ok := strings.Cut(rest, "."); ok && part != "" && strings.Trim(part, "0123456789") == "" {
-			return s.sessionOf(s.Events(tok))
-		}
+	if pub := s.Published(natsSubject); pub != natsSubject {
+		return s.sessionOf(pub)
 	}
 	p := s.prefix() + ".events."
 	tok, ok := strings.CutPrefix(natsSubject, p)

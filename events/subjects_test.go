@@ -72,60 +72,144 @@ func TestValidSessionID(t *testing.T) {
 	}
 }
 
-// TestPartitionMatchesServerTransform holds Subjects.Partition to the
-// {{partition(n,1)}} subject transform of a real nats-server: the subject the
-// stream stores a session's event under is Stored(session), and SessionOf
-// reads the session back from it.
+// TestPartitionMatchesServerTransform holds Subjects to the subject
+// transform of a real nats-server, in both layouts: the subject the stream
+// stores a session's event under is Stored(session), its control input
+// StoredControl(session), SessionOf reads the session back from either,
+// IsControl tells them apart, and SessionFilters and PartitionFilters match
+// exactly what they should.
 func TestPartitionMatchesServerTransform(t *testing.T) {
 	srv := embedded.StartTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	subj := Subjects{Partitions: 7}
-	s, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "P", Subjects: []string{"seamguard.events.>"},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
-	})
-	require.NoError(t, err)
-	sessions := []string{"a", "b", "ops-agent-42", "sess-etc-constraint", "Z_9", strings.Repeat("x", 128)}
-	for i := range 40 {
-		sessions = append(sessions, fmt.Sprintf("s%03d", i))
+	for _, apart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ControlApart=%v", apart), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			subj := Subjects{Partitions: 7, ControlApart: apart}
+			name := fmt.Sprintf("P%v", apart)
+			s, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{
+				Name: name, Subjects: subj.StreamSubjects(),
+				SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.TransformSource(), Destination: subj.TransformDestination()},
+			})
+			require.NoError(t, err)
+			defer srv.JS.DeleteStream(context.WithoutCancel(ctx), name)
+			sessions := []string{"a", "b", "ops-agent-42", "sess-etc-constraint", "Z_9", "events", "control", strings.Repeat("x", 128)}
+			for i := range 40 {
+				sessions = append(sessions, fmt.Sprintf("s%03d", i))
+			}
+			seen := map[int]bool{}
+			seq := uint64(0)
+			for _, sess := range sessions {
+				for _, ctl := range []bool{false, true} {
+					pub, want := subj.Events(sess), subj.Stored(sess)
+					if ctl {
+						pub, want = subj.Control(sess), subj.StoredControl(sess)
+					}
+					_, err := srv.JS.Publish(ctx, pub, []byte("{}"))
+					require.NoError(t, err)
+					seq++
+					m, err := s.GetMsg(ctx, seq)
+					require.NoError(t, err)
+					require.Equal(t, want, m.Subject, "session %q", sess)
+					require.Equal(t, pub, subj.Published(m.Subject))
+					require.Equal(t, ctl, subj.IsControl(m.Subject))
+					require.True(t, subj.HoldsInput(sess, m.Subject))
+					require.False(t, subj.HoldsInput(sess+"x", m.Subject))
+					require.Equal(t, subj.Stored(sess), subj.Route(m.Subject))
+					got, err := subj.SessionOf(m.Subject)
+					require.NoError(t, err)
+					require.Equal(t, sess, got)
+				}
+				seen[subj.Partition(sess)] = true
+			}
+			require.Len(t, seen, 7, "the sessions spread over every partition")
+			// What names no session is stored as published.
+			for _, odd := range []string{"seamguard.events.a.b", "seamguard.control.a.b"} {
+				_, err = srv.JS.Publish(ctx, odd, []byte("{}"))
+				require.NoError(t, err)
+				m, err := s.GetLastMsgForSubject(ctx, odd)
+				require.NoError(t, err)
+				_, err = subj.SessionOf(m.Subject)
+				require.Error(t, err)
+			}
+			// Each session's filters find its two inputs, each partition's
+			// its sessions' inputs, and the p < 0 filters the two odd ones:
+			// together every message once.
+			total := 0
+			for p := -1; p < 7; p++ {
+				info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj.Prefix+"seamguard.>"))
+				require.NoError(t, err)
+				n := 0
+				for sub, c := range info.State.Subjects {
+					for _, f := range subj.PartitionFilters(p) {
+						if subjectMatches(f, sub) {
+							got := -1
+							if sess, err := subj.SessionOf(sub); err == nil {
+								got = subj.Partition(sess)
+								if apart && subj.IsControl(sub) && p >= 0 {
+									got = p // every partition reads control apart
+								}
+							}
+							require.Equal(t, p, got, "%s under %v", sub, subj.PartitionFilters(p))
+							n += int(c)
+						}
+					}
+				}
+				total += n
+			}
+			if !apart {
+				require.Equal(t, 2*len(sessions)+2, total)
+			}
+			for _, sess := range sessions {
+				n := 0
+				for _, f := range subj.SessionFilters(sess) {
+					info, err := s.Info(ctx, jetstream.WithSubjectFilter(f))
+					require.NoError(t, err)
+					for sub, c := range info.State.Subjects {
+						require.True(t, subj.HoldsInput(sess, sub), sub)
+						n += int(c)
+					}
+				}
+				require.Equal(t, 2, n, "session %q", sess)
+			}
+			for _, bad := range []string{"seamguard.partitioned.x.s1", "seamguard.partitioned..s1", "seamguard.partitioned.3.a.b", "seamguard.partitioned.3", "seamguard.partitioned.3.events.a.b", "seamguard.partitioned.3.a.events"} {
+				_, err := subj.SessionOf(bad)
+				require.Error(t, err, bad)
+			}
+		})
 	}
-	seen := map[int]bool{}
-	for i, sess := range sessions {
-		_, err := srv.JS.Publish(ctx, subj.Events(sess), []byte("{}"))
-		require.NoError(t, err)
-		m, err := s.GetMsg(ctx, uint64(i+1))
-		require.NoError(t, err)
-		require.Equal(t, subj.Stored(sess), m.Subject, "session %q", sess)
-		got, err := subj.SessionOf(m.Subject)
-		require.NoError(t, err)
-		require.Equal(t, sess, got)
-		seen[subj.Partition(sess)] = true
+}
+
+// subjectMatches reports whether the NATS filter matches subject.
+func subjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
 	}
-	require.Len(t, seen, 7, "the sessions spread over every partition")
-	// A multi-token subject is stored as published, and is no session.
-	_, err = srv.JS.Publish(ctx, "seamguard.events.a.b", []byte("{}"))
-	require.NoError(t, err)
-	m, err := s.GetLastMsgForSubject(ctx, "seamguard.events.a.b")
-	require.NoError(t, err)
-	_, err = subj.SessionOf(m.Subject)
-	require.Error(t, err)
-	for _, bad := range []string{"seamguard.partitioned.x.s1", "seamguard.partitioned..s1", "seamguard.partitioned.3.a.b", "seamguard.partitioned.3"} {
-		_, err := subj.SessionOf(bad)
-		require.Error(t, err, bad)
-	}
+	return len(f) == len(s)
 }
 
 func TestPublished(t *testing.T) {
 	s := Subjects{Prefix: "sg", Partitions: 4}
 	for stored, want := range map[string]string{
-		s.Stored("abc"):              "sg.events.abc",
-		"sg.events.abc":              "sg.events.abc",
-		"sg.events.a.b":              "sg.events.a.b",
-		"sg.partitioned.x.abc":       "sg.partitioned.x.abc",
-		"sg.partitioned.1.a.b":       "sg.partitioned.1.a.b",
-		"other.partitioned.1.abc":    "other.partitioned.1.abc",
-		"sg.partitioned.12.bad$name": "sg.events.bad$name",
+		s.Stored("abc"):                "sg.events.abc",
+		"sg.events.abc":                "sg.events.abc",
+		"sg.events.a.b":                "sg.events.a.b",
+		"sg.partitioned.x.abc":         "sg.partitioned.x.abc",
+		"sg.partitioned.1.a.b":         "sg.partitioned.1.a.b",
+		"other.partitioned.1.abc":      "other.partitioned.1.abc",
+		"sg.partitioned.12.bad$name":   "sg.events.bad$name",
+		"sg.partitioned.1.control.abc": "sg.control.abc",
+		"sg.partitioned.1.events.abc":  "sg.events.abc",
+		"sg.partitioned.1.other.abc":   "sg.partitioned.1.other.abc",
+		"sg.partitioned.1.events.a.b":  "sg.partitioned.1.events.a.b",
+		s.StoredControl("abc"):         "sg.control.abc",
 	} {
 		if got := s.Published(stored); got != want {
 			t.Errorf("Published(%q) = %q, want %q", stored, got, want)

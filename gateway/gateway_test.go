@@ -164,7 +164,7 @@ func TestPostModes(t *testing.T) {
 	require.NoError(t, err)
 	m, err := s.GetMsg(e.ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, "seamguard.partitioned.0.s1", m.Subject)
+	require.Equal(t, "seamguard.partitioned.0.events.s1", m.Subject)
 	require.Equal(t, events.MsgID("urn:agent:a", "s1-t0"), m.Header.Get("Nats-Msg-Id"))
 	require.Equal(t, "s1-t0", m.Header.Get("ce-id"))
 	require.Empty(t, m.Header.Get("Authorization"))

@@ -64,9 +64,12 @@ func (s Source) prefix() string {
 }
 
 // eventsFilters match the stored subjects of one session's inputs, whatever
-// the number of partitions: its events, and its control subject.
+// the number of partitions and the stream's layout (events.Subjects): its
+// events and control inputs stored in a partition, and control inputs
+// stored as published.
 func (s Source) eventsFilters(session string) []string {
-	return []string{s.prefix() + ".partitioned.*." + session, s.prefix() + ".control." + session}
+	pt := s.prefix() + ".partitioned.*."
+	return []string{pt + session, pt + "events." + session, pt + "control." + session, s.prefix() + ".control." + session}
 }
 
 func (s Source) verdictsFilter(session string) string {

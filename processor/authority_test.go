@@ -99,15 +99,17 @@ func TestUpgradeToControlSubjects(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Partitions = 2
 	subj := cfg.Subjects()
+	apart := subj // a stream made before control subjects were partitioned
+	apart.ControlApart = true
 	_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
 		Name: cfg.Names().Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: apart.EventsWildcard(), Destination: apart.TransformDestination()},
 		MaxAge:           processor.DefaultEventsMaxAge, Duplicates: processor.DefaultEventsDuplicates,
 	})
 	require.NoError(t, err)
 	for p := -1; p < cfg.Partitions; p++ {
 		cc := cfg.ConsumerConfig(p)
-		cc.FilterSubject, cc.FilterSubjects = cc.FilterSubjects[0], nil
+		cc.FilterSubject, cc.FilterSubjects = apart.PartitionFilters(p)[0], nil
 		if p < 0 {
 			cc.FilterSubject = "seamguard.events.>"
 		}
@@ -133,7 +135,7 @@ func TestUpgradeToControlSubjects(t *testing.T) {
 	for p := -1; p < cfg.Partitions; p++ {
 		c, err := e.JS.Consumer(e.ctx, cfg.Names().Events, cfg.ConsumerName(p))
 		require.NoError(t, err)
-		assert.Equal(t, cfg.ConsumerConfig(p).FilterSubjects, c.CachedInfo().Config.FilterSubjects, "consumer %s", cfg.ConsumerName(p))
+		assert.Equal(t, apart.PartitionFilters(p), c.CachedInfo().Config.FilterSubjects, "consumer %s keeps the stream's layout", cfg.ConsumerName(p))
 	}
 	n := len(s.Items)
 	s.Event(events.TypeSessionResumed, map[string]any{"note": "operator: accepted as lost"})

@@ -78,6 +78,10 @@ type Config struct {
 	// leases bucket (see LeaseTTL). The count is fixed once the stream
 	// exists: Provision refuses another.
 	Partitions int
+	// controlApart is the layout of an existing events stream that stores
+	// control subjects as published (events.Subjects.ControlApart): set
+	// from the stream by Provision and ForStream, never by the user.
+	controlApart bool
 	// LeaseTTL is how long a partition's lease outlives the last renewal
 	// of an instance that stopped (it renews every LeaseTTL/4), and so
 	// bounds failover; 0 means 15s. It is the leases bucket's MaxAge, so
@@ -362,7 +366,7 @@ func (c Config) Subjects() events.Subjects {
 	if n == 0 {
 		n = DefaultPartitions
 	}
-	return events.Subjects{Prefix: c.Prefix, Partitions: n}
+	return events.Subjects{Prefix: c.Prefix, Partitions: n, ControlApart: c.controlApart}
 }
 
 // ConsumerName is the durable consumer of partition p; p < 0 names the
@@ -383,16 +387,12 @@ func (c Config) ConsumerName(p int) string {
 // events stream, as Run creates it. Unset fields of c take their defaults.
 func (c Config) ConsumerConfig(p int) jetstream.ConsumerConfig {
 	c = c.withDefaults()
-	subj := c.Subjects()
-	// A partition reads its sessions' stored events and every control
-	// subject of one token (few: operators' resumes), in stream order, and
-	// leaves those of other partitions' sessions to them (see foreign).
-	filters := []string{subj.PartitionFilter(p), subj.ControlWildcard()}
-	if p < 0 {
-		// What names no session: what the transform leaves, and control
-		// subjects of more than one token.
-		filters = []string{subj.Prefix + ".events.>", subj.Prefix + ".control.*.>"}
-	}
+	// A partition reads its sessions' stored inputs, events and control, in
+	// stream order, through one filter (a consumer with more than one
+	// filter reads the stream several times slower); with ControlApart it
+	// also reads every control subject of one token and leaves those of
+	// other partitions' sessions to them (see foreign).
+	filters := c.Subjects().PartitionFilters(p)
 	// A partition's inputs are acknowledged a batch at a time (see
 	// ackWindow); the rare inputs that name no session one by one.
 	ackPolicy := jetstream.AckAllPolicy

@@ -459,18 +459,16 @@ func (d delivery) seq() uint64 {
 }
 
 // route is the subject that picks the shard of an input on subject: its
-// session's stored events subject for a control subject, so that a
+// session's stored events subject for a control input too, so that a
 // session's inputs all meet in one shard, in stream order.
 func (p *Processor) route(subject string) string {
-	if tok, ok := p.subj.ControlToken(subject); ok && !strings.Contains(tok, ".") {
-		return p.subj.Stored(tok)
-	}
-	return subject
+	return p.subj.Route(subject)
 }
 
 // foreign reports whether subject is the control subject of a session of a
-// partition other than part: every partition's consumer reads every control
-// subject, and only the session's own partition decides it. (The
+// partition other than part: with control subjects stored apart
+// (events.Subjects.ControlApart) every partition's consumer reads every
+// control subject, and only the session's own partition decides it. (The
 // consumer of part < 0 takes only control subjects of more than one token,
 // which name no session.)
 func (p *Processor) foreign(subject string, part int) bool {

@@ -86,7 +86,7 @@ func (pf *prefetch) noControl(id string) bool {
 // catch-up looks at both subjects.
 func (s *shard) readControlled(ctx context.Context) {
 	pf := &s.pre
-	info, err := s.p.res.Events.Info(ctx, jetstream.WithSubjectFilter(s.p.subj.ControlWildcard()))
+	info, err := s.p.res.Events.Info(ctx, jetstream.WithSubjectFilter(s.p.subj.StoredControlFilter()))
 	if err != nil {
 		return
 	}
@@ -94,7 +94,7 @@ func (s *shard) readControlled(ctx context.Context) {
 		pf.controlled = make(map[string]bool, len(info.State.Subjects))
 	}
 	for subj := range info.State.Subjects {
-		if id, ok := s.p.subj.ControlToken(subj); ok {
+		if id, ok := s.p.subj.ControlSession(subj); ok {
 			pf.controlled[id] = true
 		}
 	}

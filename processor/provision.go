@@ -35,6 +35,9 @@ type Resources struct {
 	// or, where it leaves it 0, the existing events stream's (the default
 	// for a new stream).
 	Partitions int
+	// ControlApart is set for an existing events stream that stores
+	// control subjects as published (see events.Subjects.ControlApart).
+	ControlApart bool
 }
 
 // Provision creates the streams, the session and lease buckets and the
@@ -50,12 +53,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if c.Partitions == 0 {
-		n, err := StreamPartitions(ctx, js, c)
-		if err != nil {
-			return nil, err
-		}
-		c.Partitions = n // 0 for a new stream: the default
+	c, err := ForStream(ctx, js, c) // a new stream: as it is
+	if err != nil {
+		return nil, err
 	}
 	c = c.withDefaults()
 	if c.Replicas == 0 {
@@ -67,14 +67,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	if c.MemoryStorage {
 		storage = jetstream.MemoryStorage
 	}
-	res := Resources{Partitions: c.Partitions}
-	var err error
+	res := Resources{Partitions: c.Partitions, ControlApart: c.controlApart}
 	res.Events, err = ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        n.Events,
 		Description: "seamguard: session events published by agents",
 		Subjects:    subj.StreamSubjects(),
 		SubjectTransform: &jetstream.SubjectTransformConfig{
-			Source:      subj.EventsWildcard(),
+			Source:      subj.TransformSource(),
 			Destination: subj.TransformDestination(),
 		},
 		Storage:    storage,
@@ -222,19 +221,34 @@ func ensureSpills(ctx context.Context, js jetstream.JetStream, bucket string, st
 	return obs, nil
 }
 
-// StreamPartitions returns the partition count of c's events stream, read
-// from its subject transform, or 0 when the stream does not exist yet. A
-// stream whose transform is not seamguard's is an error wrapping
-// ErrIncompatible.
-func StreamPartitions(ctx context.Context, js jetstream.JetStream, c Config) (int, error) {
-	name := c.Names().Events
-	s, err := js.Stream(ctx, name)
+// ForStream returns c laid out as its existing events stream is: with the
+// stream's partition count where c leaves it 0, and the stream's layout of
+// control subjects (events.Subjects.ControlApart), so that c.Subjects()
+// names the subjects the stream stores inputs under. For a stream not made
+// yet, c is returned as it is.
+func ForStream(ctx context.Context, js jetstream.JetStream, c Config) (Config, error) {
+	s, err := js.Stream(ctx, c.Names().Events)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
+		return c, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("processor: stream %s: %w", name, err)
+		return c, fmt.Errorf("processor: stream %s: %w", c.Names().Events, err)
 	}
+	if c.Partitions == 0 {
+		if c.Partitions, err = streamPartitions(s); err != nil {
+			return c, err
+		}
+	}
+	t := s.CachedInfo().Config.SubjectTransform
+	c.controlApart = t != nil && t.Source == c.Subjects().EventsWildcard()
+	return c, nil
+}
+
+// streamPartitions reads the partition count from s's subject transform. A
+// stream whose transform is not seamguard's is an error wrapping
+// ErrIncompatible.
+func streamPartitions(s jetstream.Stream) (int, error) {
+	name := s.CachedInfo().Config.Name
 	t := s.CachedInfo().Config.SubjectTransform
 	if t != nil {
 		if _, rest, ok := strings.Cut(t.Destination, "{{partition("); ok {

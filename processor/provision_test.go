@@ -55,9 +55,11 @@ func TestProvisionAddsControlSubjects(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Partitions = 4
 	subj := cfg.Subjects()
+	apart := subj // a stream made before control subjects were partitioned
+	apart.ControlApart = true
 	old, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
 		Name: cfg.Names().Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: apart.EventsWildcard(), Destination: apart.TransformDestination()},
 		MaxAge:           processor.DefaultEventsMaxAge, Duplicates: processor.DefaultEventsDuplicates,
 	})
 	require.NoError(t, err)
@@ -115,9 +117,11 @@ func TestProvisionUpdatesRetentionInPlace(t *testing.T) {
 	cfg := baseConfig()
 	n := cfg.Names()
 	subj := cfg.Subjects()
+	apart := subj // a stream made before control subjects were partitioned
+	apart.ControlApart = true
 	_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{
 		Name: n.Events, Subjects: []string{"seamguard.events.>"}, Storage: jetstream.FileStorage,
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: subj.EventsWildcard(), Destination: subj.TransformDestination()},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: apart.EventsWildcard(), Destination: apart.TransformDestination()},
 		MaxAge:           time.Hour, Duplicates: time.Minute,
 	})
 	require.NoError(t, err)
@@ -177,9 +181,9 @@ func TestProvisionKeepsTheStreamsPartitions(t *testing.T) {
 	res, err := processor.Provision(e.ctx, e.JS, fresh)
 	require.NoError(t, err)
 	assert.Equal(t, processor.DefaultPartitions, res.Partitions)
-	n, err := processor.StreamPartitions(e.ctx, e.JS, fresh)
+	laid, err := processor.ForStream(e.ctx, e.JS, fresh)
 	require.NoError(t, err)
-	assert.Equal(t, processor.DefaultPartitions, n)
+	assert.Equal(t, processor.DefaultPartitions, laid.Partitions)
 
 	old := processor.Config{Partitions: 8}
 	_, err = processor.Provision(e.ctx, e.JS, old)
@@ -190,12 +194,12 @@ func TestProvisionKeepsTheStreamsPartitions(t *testing.T) {
 	p, err := processor.New(e.ctx, e.JS, processor.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, 8, p.Config().Partitions)
-	assert.Equal(t, "seamguard.partitioned.{{partition(8,1)}}.{{wildcard(1)}}", p.Config().Subjects().TransformDestination())
+	assert.Equal(t, "seamguard.partitioned.{{partition(8,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", p.Config().Subjects().TransformDestination())
 
 	_, err = processor.Provision(e.ctx, e.JS, processor.Config{Partitions: 4})
 	require.ErrorIs(t, err, processor.ErrIncompatible)
-	assert.Contains(t, err.Error(), "partition(8,1)")
-	assert.Contains(t, err.Error(), "partition(4,1)")
+	assert.Contains(t, err.Error(), "partition(8,2)")
+	assert.Contains(t, err.Error(), "partition(4,2)")
 }
 
 // TestProvisionSpillBucket: the spill object store discards new data when

@@ -94,7 +94,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 	if err != nil {
 		return nil, err
 	}
-	cfg.Partitions = res.Partitions
+	cfg.Partitions, cfg.controlApart = res.Partitions, res.ControlApart
 	cfg = cfg.withDefaults()
 	// Every verdict is at most events.MaxOutputBytes: a server that takes
 	// less could refuse one for good, which no retry would fix.

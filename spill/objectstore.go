@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -437,7 +436,7 @@ func (s *Store) checkSeq(ctx context.Context, str jetstream.Stream, session stri
 			ErrIncomplete, session, what, seq, s.Stream)
 	case err != nil:
 		return fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
-	case !slices.Contains(s.Subjects.SessionFilters(session), m.Subject):
+	case !s.Subjects.HoldsInput(session, m.Subject):
 		return fmt.Errorf("%w: stream %s holds %s at sequence %d, not session %s's %s",
 			ErrIncomplete, s.Stream, m.Subject, seq, session, what)
 	}

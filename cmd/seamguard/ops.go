@@ -730,11 +730,10 @@ func resumable(ctx context.Context, w *waiter, js jetstream.JetStream, cfg proce
 // (on its events or its control subject), or 0 when the stream holds none.
 func lastInput(ctx context.Context, js jetstream.JetStream, cfg processor.Config, session string) (uint64, error) {
 	name := cfg.Names().Events
-	parts, err := processor.StreamPartitions(ctx, js, cfg)
+	cfg, err := processor.ForStream(ctx, js, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
 	}
-	cfg.Partitions = parts
 	str, err := js.Stream(ctx, name)
 	if err != nil {
 		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)

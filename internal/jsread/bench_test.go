@@ -17,10 +17,10 @@ import (
 // The read rate of a Reader against nats.go's ordered consumer (what the
 // operator's tools read with before), on the same stored messages: 20,000
 // of 400 bytes each over 100 sessions, stored as the events stream stores
-// them (E.partitioned.<p>.<session>, and E.control.<session> for some).
-// Whole reads every message; Session reads one session's two subjects
-// (1% of the stream), OneFilter one of them (as a session's verdicts are
-// read). Run with
+// them (E.partitioned.<p>.events.<session>, and E.partitioned.<p>.control.<session>
+// for some). Whole reads every message; Session reads one session's two
+// subjects (1% of the stream), OneFilter one of them (as a session's
+// verdicts are read). Run with
 //
 //	go test -run '^$' -bench . -benchtime 5x ./internal/jsread/
 //
@@ -60,14 +60,15 @@ func benchStream(b *testing.B, js jetstream.JetStream, name string, direct bool)
 
 func benchSubject(stream string, i int) string {
 	s := i % benchSessions
+	kind := "events"
 	if i%50 == 0 {
-		return fmt.Sprintf("%s.control.s%d", stream, s)
+		kind = "control"
 	}
-	return fmt.Sprintf("%s.partitioned.%d.s%d", stream, s%4, s)
+	return fmt.Sprintf("%s.partitioned.%d.%s.s%d", stream, s%4, kind, s)
 }
 
 func sessionFilters(stream string) []string {
-	return []string{stream + ".partitioned.*.s7", stream + ".control.s7"}
+	return []string{stream + ".partitioned.3.events.s7", stream + ".partitioned.3.control.s7"}
 }
 
 // orderedRead reads as the operator's tools did: an ordered consumer on

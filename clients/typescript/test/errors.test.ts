@@ -29,7 +29,7 @@ describe("errors", () => {
 
   /** How many events of the session the events stream holds. */
   async function stored(session: string): Promise<number> {
-    const info = await jsm.streams.info("SEAMGUARD_EVENTS", { subjects_filter: `seamguard.partitioned.*.${session}` });
+    const info = await jsm.streams.info("SEAMGUARD_EVENTS", { subjects_filter: `seamguard.partitioned.*.events.${session}` });
     return Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0);
   }
 
