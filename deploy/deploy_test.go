@@ -1066,14 +1066,14 @@ func TestReadmeNamesTheFiles(t *testing.T) {
 	n := kubernetesPartitions(t)
 	for _, want := range []string{
 		fmt.Sprintf("`SEAMGUARD_PARTITIONS: \"%d\"`", n),
-		fmt.Sprintf("{{partition(%d,1)}}", n),
+		fmt.Sprintf("{{partition(%d,2)}}", n),
 		fmt.Sprintf("`seamguard-p0`..`seamguard-p%d`", n-1),
 	} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("deploy/README.md does not say %s, what deploy/kubernetes/configmap.yaml sets", want)
 		}
 	}
-	for _, m := range regexp.MustCompile(`SEAMGUARD_PARTITIONS: "(\d+)"|partition\((\d+),1\)`).FindAllSubmatch(b, -1) {
+	for _, m := range regexp.MustCompile(`SEAMGUARD_PARTITIONS: "(\d+)"|partition\((\d+),2\)`).FindAllSubmatch(b, -1) {
 		got := string(m[1]) + string(m[2])
 		if got != strconv.Itoa(n) {
 			t.Errorf("deploy/README.md says %s partitions; deploy/kubernetes/configmap.yaml sets %d", got, n)

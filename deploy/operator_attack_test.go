@@ -181,7 +181,7 @@ func testPushConsumerAttack(t *testing.T, s *server.Server, succeeds bool) {
 	}
 	defer listen.Unsubscribe()
 	targets := []attackTarget{
-		{"SEAMGUARD_EVENTS", "seamguard.control.s1", false},
+		{"SEAMGUARD_EVENTS", processor.Config{}.Subjects().StoredControl("s1"), false},
 		{"SEAMGUARD_VERDICTS", "seamguard.verdicts.s1.refused", true},
 		{"OBJ_seamguard-spills", "$O.seamguard-spills.C.>", false},
 	}
@@ -260,7 +260,7 @@ func testPushConsumerAttack(t *testing.T, s *server.Server, succeeds bool) {
 		t.Fatalf("read the verdict stream: %v", err)
 	}
 	// The server stores a delivered message under the subject it had in
-	// the stream it came from (seamguard.control.s1, $O.<bucket>.C.<nuid>),
+	// the stream it came from (seamguard.partitioned.<p>.control.s1, $O.<bucket>.C.<nuid>),
 	// which is not even one of the verdict stream's subjects: whole-stream
 	// readers (replay) find it among the verdicts.
 	var smuggled int

@@ -754,7 +754,7 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 				return errors.New("the events stream allows direct gets")
 			}
 			n := 0
-			err = r.Read(ctx, 1, info.State.LastSeq, []string{"seamguard.partitioned.*.s1", evSubj.Control("s1")}, func(m *jsread.Msg) error {
+			err = r.Read(ctx, 1, info.State.LastSeq, evSubj.SessionFilters("s1"), func(m *jsread.Msg) error {
 				n++
 				if !strings.HasSuffix(m.Subject, ".s1") {
 					return fmt.Errorf("got %s", m.Subject)
@@ -783,7 +783,7 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			return err
 		})
 		op.denied(t, "create a consumer on the events stream with a filter token in the subject (the CLI's filter on two subjects or none)", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS.reader.seamguard.partitioned", true, func(ctx context.Context) error {
-			_, err := op.js.CreateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{Name: "reader", FilterSubject: "seamguard.partitioned.*.s1", AckPolicy: jetstream.AckNonePolicy})
+			_, err := op.js.CreateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{Name: "reader", FilterSubject: "seamguard.partitioned.*.events.s1", AckPolicy: jetstream.AckNonePolicy})
 			return err
 		})
 		op.denied(t, "create a durable consumer with the legacy subject", "$JS.API.CONSUMER.DURABLE.CREATE.SEAMGUARD_EVENTS.reader", true, func(ctx context.Context) error {
@@ -813,7 +813,7 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 		pc := processor.Config{}.ConsumerName(processor.Config{}.Subjects().Partition("s1"))
 		op.denied(t, "replace the processor's consumer (name only in the subject, as an ordered consumer's)", "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS."+pc, true, func(ctx context.Context) error {
 			_, err := op.js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{
-				Name: pc, FilterSubjects: []string{"seamguard.partitioned.*.s1", "seamguard.control.s1"}, AckPolicy: jetstream.AckNonePolicy,
+				Name: pc, FilterSubjects: []string{"seamguard.partitioned.*.events.s1", "seamguard.partitioned.*.control.s1"}, AckPolicy: jetstream.AckNonePolicy,
 			})
 			return err
 		})
@@ -1075,7 +1075,7 @@ func partitionConsumer(ctx context.Context, js jetstream.JetStream, part int) (j
 
 // TestPartitionedEventsPermissions checks the partitioned events stream
 // against the permissions: agents publish on seamguard.events.<session>, the
-// stream stores seamguard.partitioned.<p>.<session> with p = FNV-32a(session)
+// stream stores seamguard.partitioned.<p>.events.<session> with p = FNV-32a(session)
 // mod 16, the processor consumes each partition through its durable
 // seamguard-p<p>, holding the partition's lease in the leases bucket, and
 // can hand a partition over; nobody else can touch those consumers or
@@ -1098,8 +1098,8 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 		t.FailNow()
 	}
 	stream := res.Events
-	if tr := stream.CachedInfo().Config.SubjectTransform; tr == nil || !strings.Contains(tr.Destination, fmt.Sprintf("{{partition(%d,1)}}", parts)) {
-		t.Fatalf("the events stream has transform %+v, want {{partition(%d,1)}}", tr, parts)
+	if tr := stream.CachedInfo().Config.SubjectTransform; tr == nil || !strings.Contains(tr.Destination, fmt.Sprintf("{{partition(%d,2)}}", parts)) {
+		t.Fatalf("the events stream has transform %+v, want {{partition(%d,2)}}", tr, parts)
 	}
 	proc.allowed(t, "create a durable consumer per partition", func(ctx context.Context) error {
 		for part := range parts {
@@ -1165,7 +1165,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 			_, err := agent.js.Publish(ctx, "seamguard.events."+sess, []byte(`{"event":1}`), jetstream.WithMsgID(sess+"-1"))
 			return err
 		})
-		want := fmt.Sprintf("seamguard.partitioned.%d.%s", part, sess)
+		want := fmt.Sprintf("seamguard.partitioned.%d.events.%s", part, sess)
 		proc.allowed(t, "read the stored subject", func(ctx context.Context) error {
 			m, err := stream.GetMsg(ctx, uint64(i+1))
 			if err == nil && m.Subject != want {
@@ -1226,7 +1226,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 			return err
 		}
 		var n int
-		err = r.Read(ctx, 1, info.State.LastSeq, []string{"seamguard.partitioned.*.s1", "seamguard.control.s1"}, func(*jsread.Msg) error { n++; return nil })
+		err = r.Read(ctx, 1, info.State.LastSeq, []string{"seamguard.partitioned.*.events.s1", "seamguard.partitioned.*.control.s1"}, func(*jsread.Msg) error { n++; return nil })
 		if err == nil && n != 1 {
 			err = fmt.Errorf("read %d events of s1, want 1", n)
 		}
@@ -1247,7 +1247,7 @@ func TestPartitionedEventsPermissions(t *testing.T) {
 	for _, name := range names {
 		op.denied(t, "create or replace the processor's consumer "+name, "$JS.API.CONSUMER.CREATE.SEAMGUARD_EVENTS."+name, true, func(ctx context.Context) error {
 			_, err := op.js.CreateOrUpdateConsumer(ctx, "SEAMGUARD_EVENTS", jetstream.ConsumerConfig{
-				Name: name, FilterSubjects: []string{"seamguard.partitioned.*.s1", "seamguard.control.s1"}, AckPolicy: jetstream.AckNonePolicy,
+				Name: name, FilterSubjects: []string{"seamguard.partitioned.*.events.s1", "seamguard.partitioned.*.control.s1"}, AckPolicy: jetstream.AckNonePolicy,
 			})
 			return err
 		})

@@ -38,7 +38,9 @@ func newBatchEnv(t *testing.T, maxValue int32) *batchEnv {
 	e.kv = kv
 	_, err = e.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "V", Subjects: []string{"v.>"}, Duplicates: time.Minute, AllowAtomicPublish: true})
 	require.NoError(t, err)
-	e.bt = &batcher{p: &Processor{js: e.JS, log: slog.New(slog.DiscardHandler)}}
+	p := &Processor{js: e.JS, log: slog.New(slog.DiscardHandler)}
+	p.batches.p = p
+	e.bt = &p.batches
 	return e
 }
 

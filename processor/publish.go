@@ -91,9 +91,11 @@ func (p *Processor) send(ctx context.Context, b *budget, pub *published) error {
 }
 
 // sendVerdicts publishes the outputs publishAll held back (atomic batches
-// on), leaving out those of sessions the batch left: as one atomic batch
-// when there are minAtomicBatch or more, each on its own otherwise and for whatever
-// a batch did not commit (a verdict published before, a lost reply), in
+// on), leaving out those of sessions the batch left: through the
+// processor's writer of verdicts (group.go), with other shards' verdicts,
+// as one atomic batch where there are enough, and otherwise each on its
+// own; then whatever that did not store (a verdict published before, a
+// lost reply, a batch with a spill's announcement that did not commit), in
 // order, a spill's announcement confirmed before what follows it. A
 // session whose output cannot be published is parked (park decides what
 // becomes of it). Only the end of Run makes it return an error.
@@ -105,24 +107,20 @@ func (s *shard) sendVerdicts(ctx context.Context, b *budget, pubs []published, f
 			held = append(held, i)
 		}
 	}
-	if len(held) >= minAtomicBatch {
+	if len(held) > 0 {
 		msgs := make([]*nats.Msg, len(held))
+		ordered := false
 		for k, i := range held {
 			msgs[k] = pubs[i].msg
+			ordered = ordered || pubs[i].out.Type == events.TypeTranscriptSpilled
 		}
-		seqs, err := p.batches.write(ctx, false, msgs)
-		for k := range seqs {
-			pubs[held[k]].stored = true
+		for k, a := range s.verdicts.submit(ctx, p, false, ordered, msgs) {
+			pubs[held[k]].stored = a.ok
 		}
-		if err == nil {
-			return nil
-		}
-		held = held[len(seqs):]
-		p.log.Debug("an atomic batch of verdicts did not commit; publishing them one by one", "verdicts", len(held), "err", err)
 	}
 	for _, i := range held {
 		pub := &pubs[i]
-		if fenced[pub.out.Session] {
+		if fenced[pub.out.Session] || pub.stored {
 			continue
 		}
 		err := p.send(ctx, b, pub)

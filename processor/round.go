@@ -331,7 +331,7 @@ func (r *round) publish() error {
 func (r *round) store() error {
 	stores := r.s.sendStores(r.ctx, r.touched, r.fenced, r.park)
 	for _, st := range stores {
-		if r.fenced[st.sess.id] || st.done || r.s.stored(r.ctx, st) {
+		if r.fenced[st.sess.id] || st.done {
 			continue
 		}
 		// A conflict means another instance owns the session now (the

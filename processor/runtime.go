@@ -297,11 +297,25 @@ func (p *Processor) Run(ctx context.Context) error {
 	stopRecover := p.serveRecover(ctx, hard) // stops when the drain begins
 	defer stopRecover()
 
+	// The writers of states and verdicts (group.go) outlive every shard:
+	// each waits for their answers.
+	states, verdicts := newWriteGroup(p, true), newWriteGroup(p, false)
+	groupsCtx, stopGroups := context.WithCancel(hard)
+	var groups sync.WaitGroup
+	for _, g := range []*writeGroup{states, verdicts} {
+		groups.Add(1)
+		go func() {
+			defer groups.Done()
+			g.run(groupsCtx)
+		}()
+	}
+	defer func() { stopGroups(); groups.Wait() }()
+
 	shards := make([]*shard, p.cfg.Shards)
 	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = &shard{p: p, lease: lease, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
+		shards[i] = &shard{p: p, lease: lease, states: states, verdicts: verdicts, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
 		wg.Add(1)
 		go func(s *shard) {
 			defer wg.Done()

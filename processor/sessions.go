@@ -159,20 +159,17 @@ var errFenced = errors.New("processor: session state changed by another writer")
 // sentStore is a session's state on its way to the bucket.
 type sentStore struct {
 	sess *session
-	f    jetstream.PubAckFuture // nil when it could not be sent
 	sent time.Time
-	done bool // stored already, in an atomic batch
+	done bool // stored (storedAt was called)
 }
 
-// sendStores sends the state of every session in touched to the bucket at
-// once, each a compare-and-swap on the session's revision (what kv.Update
-// and kv.Create publish), so that a batch waits for one round trip rather
-// than one per session. With atomic batches on, minAtomicBatch or more
-// states go as one atomic batch first (one fsync for all of them on a server that syncs
-// every write); if it does not commit, nothing of it is stored, and each
-// state is sent on its own. stored then takes each ack; whatever did not
-// plainly succeed goes through store, which sorts out conflicts and lost
-// replies. Sessions fenced during the batch are not sent.
+// sendStores writes the state of every session in touched to the bucket,
+// each a compare-and-swap on the session's revision (what kv.Update and
+// kv.Create publish), through the processor's writer of states (group.go),
+// with other shards' states, as one atomic batch where there are enough,
+// and otherwise each on its own, all at once. A state plainly stored is
+// done; whatever was not goes through store, which sorts out conflicts and
+// lost replies. Sessions fenced during the batch are not sent.
 func (s *shard) sendStores(ctx context.Context, touched []*session, fenced map[string]bool, park func(string, error) error) []sentStore {
 	p := s.p
 	out := make([]sentStore, 0, len(touched))
@@ -192,25 +189,14 @@ func (s *shard) sendStores(ctx context.Context, touched []*session, fenced map[s
 		out = append(out, sentStore{sess: sess, sent: time.Now()})
 		msgs = append(msgs, msg)
 	}
-	if len(msgs) >= minAtomicBatch && p.batches.on(true) {
-		seqs, err := p.batches.write(ctx, true, msgs)
-		for k, seq := range seqs {
-			s.storedAt(out[k].sess, seq, out[k].sent)
+	if len(msgs) == 0 {
+		return out
+	}
+	for k, a := range s.states.submit(ctx, p, true, false, msgs) {
+		if a.ok {
+			s.storedAt(out[k].sess, a.seq, out[k].sent)
 			out[k].done = true
 		}
-		if err != nil {
-			p.log.Debug("an atomic batch of session states did not commit; storing them one by one", "states", len(msgs)-len(seqs), "err", err)
-		}
-	}
-	for k := range out {
-		if out[k].done {
-			continue
-		}
-		f, err := p.js.PublishMsgAsync(msgs[k])
-		if err != nil {
-			f = nil // store tries again
-		}
-		out[k].f = f
 	}
 	return out
 }
@@ -222,25 +208,6 @@ func (s *shard) storedAt(sess *session, rev uint64, sent time.Time) {
 	if sess.closed() {
 		s.drop(sess.id) // closed: nothing more to cache
 	}
-}
-
-// stored waits for the ack of a state sendStores sent and reports whether
-// it was stored; false means store must settle it.
-func (s *shard) stored(ctx context.Context, st sentStore) bool {
-	if st.f == nil {
-		return false
-	}
-	t := time.NewTimer(pubAckWait)
-	defer t.Stop()
-	select {
-	case ack := <-st.f.Ok():
-		s.storedAt(st.sess, ack.Sequence, st.sent)
-		return true
-	case <-st.f.Err():
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
 }
 
 // store writes a session's state with compare-and-swap on its revision.

@@ -35,10 +35,13 @@ func shardOf(subject string, n int) int {
 // shard owns the sessions whose subjects hash to it. Only its goroutine
 // touches its map and ledgers.
 type shard struct {
-	p        *Processor
-	lease    *leases
-	q        chan delivery
-	sessions map[string]*session
+	p     *Processor
+	lease *leases
+	// states and verdicts are the processor's writers (group.go; nil:
+	// the shard writes its own).
+	states, verdicts *writeGroup
+	q                chan delivery
+	sessions         map[string]*session
 	// woken counts ledgers made live (read, restored or begun) since the
 	// last sweep.
 	woken int

@@ -154,7 +154,7 @@ func TestPublishGapThenResume(t *testing.T) {
 	assert.NotContains(t, out, "rejected")
 	s, err := l.js.Stream(context.Background(), "SEAMGUARD_EVENTS")
 	require.NoError(t, err)
-	m, err := s.GetLastMsgForSubject(context.Background(), "seamguard.control.gap-then-resume")
+	m, err := s.GetLastMsgForSubject(context.Background(), processor.Config{}.Subjects().StoredControl("gap-then-resume"))
 	require.NoError(t, err, "the resume is on the control subject")
 	assert.Contains(t, string(m.Data), `"id":"gap-then-resume-0008"`)
 	ev, err := events.DecodeJSON(m.Data, events.Meta{})
@@ -286,7 +286,7 @@ func TestResume(t *testing.T) {
 		lastControl := func() uint64 {
 			s, err := l.js.Stream(context.Background(), "SEAMGUARD_EVENTS")
 			require.NoError(t, err)
-			m, err := s.GetLastMsgForSubject(context.Background(), "seamguard.control."+session)
+			m, err := s.GetLastMsgForSubject(context.Background(), processor.Config{}.Subjects().StoredControl(session))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return 0
 			}
@@ -357,7 +357,7 @@ func TestResumeAndPublishWithoutProcessor(t *testing.T) {
 		t.Helper()
 		s, err := srv.JS.Stream(context.Background(), "SEAMGUARD_EVENTS")
 		require.NoError(t, err)
-		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("seamguard.control.>"))
+		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(processor.Config{}.Subjects().StoredControlFilter()))
 		require.NoError(t, err)
 		return uint64(len(info.State.Subjects))
 	}
