@@ -463,3 +463,20 @@ func TestDiagnosticsIsTerminal(t *testing.T) {
 	assert.True(t, isTerminal(&diagnostics{stdout: os.Stdout, stderr: tty}))
 	assert.False(t, isTerminal(&diagnostics{stdout: tty, stderr: &strings.Builder{}}))
 }
+
+// TestNoAtomicBatchesFlag: serve's --no-atomic-batches (and its variable)
+// reaches the processor's configuration; the default batches.
+func TestNoAtomicBatchesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{nil, false}, {[]string{"--no-atomic-batches"}, true}, {[]string{"--no-atomic-batches=false"}, false}} {
+		var p procFlags
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		p.register(fs)
+		require.NoError(t, fs.Parse(tc.args))
+		cfg, err := p.config()
+		require.NoError(t, err)
+		require.Equal(t, tc.want, cfg.NoAtomicBatches, "%v", tc.args)
+	}
+}

@@ -81,6 +81,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.policy, "policy", "spill", "what an unrecoverable compaction gets: spill (refuse and spill the transcript) or halt")
 	fs.StringVar(&p.cfg.Source, "source", "", "CloudEvents source of verdicts (default urn:seamguard:processor:<host>)")
 	fs.BoolVar(&p.cfg.SpillVerify, "spill-verify", true, "read every spill back and check its digest")
+	fs.BoolVar(&p.cfg.NoAtomicBatches, "no-atomic-batches", false, "write every verdict and state as a message of its own, never as atomic batches: faster on a NATS server that syncs lazily, slower on one that syncs every write")
 	fs.Var(durations(&p.cfg.AckWait, processor.DefaultAckWait, time.Second, time.Hour), "ack-wait", "how long an input may stay unacknowledged before it is redelivered (after a crash, the time to resume)")
 	fs.Var(durations(&p.cfg.ParkAfter, processor.DefaultParkAfter, time.Second, 7*24*time.Hour), "park-after", "how long a session may stay stuck on a failure retrying cannot fix before it is parked: its inputs are acknowledged into a park record and wait in the events stream until seamguard resume, so its partition goes on")
 	fs.Var(durations(&p.cfg.RetryFor, processor.DefaultRetryFor, time.Second, time.Hour), "retry-for", "how long a batch retries NATS not answering before the sessions still waiting are left stuck (unready; their inputs are redelivered)")
