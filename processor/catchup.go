@@ -42,8 +42,8 @@ import (
 func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
 	p := s.p
 	filters := p.subj.SessionFilters(sess.id) // the subjects the stream holds its inputs under
-	if s.pre.noControl(sess.id) {
-		filters = filters[:1] // nothing on its control subject (prefetch.go)
+	if s.pre.noControl(sess.id, limit) {
+		filters = filters[:1] // nothing on its control subject up to limit (prefetch.go)
 	}
 	r := p.reader(filters)
 	r.pre = &s.pre

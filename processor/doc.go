@@ -53,6 +53,23 @@
 // code as the reason, after their event.rejected verdict is durable, so a
 // poison message is never redelivered.
 //
+// A shard's rounds overlap by one (round.go): once a batch's verdicts are
+// confirmed, its states are handed to the writer and the shard decides its
+// next batch and publishes that batch's verdicts while they are stored;
+// then it waits for them, finishes their inputs, and hands over the next
+// batch's states. So a shard waits for one durable write per batch where
+// it waited for two in series, a session's states are still stored in
+// order (each compare-and-swap on the revision the one before stored),
+// and an input is still acknowledged only after its state is stored. A
+// session with a store in flight stays in memory (the bucket is behind
+// it), and one the earlier batch's store loses (another instance moved it
+// on, or its state cannot be stored now) is left by the next batch too,
+// whose verdicts are the same ones its owner publishes again. The rare
+// steps that judge the stored state itself, a spill's ownership check and
+// a park record, first wait for the batch in flight. Measured in one run
+// at 100 busy sessions: 1 KiB ingest from 0.52 to 0.70 of a raw consumer's
+// read rate.
+//
 // A partition's consumer acknowledges with AckAll: one ack of a stream
 // sequence acknowledges every input of the partition up to it, which spares
 // the broker most of what it spends per message. Since shards finish inputs

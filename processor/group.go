@@ -98,29 +98,64 @@ func (g *writeGroup) run(ctx context.Context) {
 // submit hands msgs to the writer and returns the outcome of each. Without
 // a running writer (nil g), the caller's goroutine writes them.
 func (g *writeGroup) submit(ctx context.Context, p *Processor, states, ordered bool, msgs []*nats.Msg) []groupAck {
+	return g.send(ctx, p, states, ordered, msgs).wait(ctx)
+}
+
+// groupTicket is writes handed to a writer whose outcome is not read yet.
+type groupTicket struct {
+	r        *groupReq
+	deadline time.Time // when the shard stops waiting for the answer
+	failed   bool      // never handed over: nothing is known stored
+}
+
+// send hands msgs to the writer and returns at once; the ticket's wait
+// returns their outcome. Without a running writer (nil g), the caller's
+// goroutine writes them before send returns.
+func (g *writeGroup) send(ctx context.Context, p *Processor, states, ordered bool, msgs []*nats.Msg) *groupTicket {
 	r := &groupReq{msgs: msgs, ordered: ordered, done: make(chan []groupAck, 1)}
+	t := &groupTicket{r: r, deadline: time.Now().Add(maxGroupWait)}
 	if g == nil {
 		(&writeGroup{p: p, states: states}).write(ctx, []*groupReq{r}, len(msgs))
-		return <-r.done
+		return t
 	}
-	t := time.NewTimer(maxGroupWait)
-	defer t.Stop()
+	select {
+	case g.in <- r:
+		return t
+	default:
+	}
+	timer := time.NewTimer(maxGroupWait)
+	defer timer.Stop()
 	select {
 	case g.in <- r:
 	case <-ctx.Done():
-		return make([]groupAck, len(msgs))
-	case <-t.C:
-		return make([]groupAck, len(msgs))
+		t.failed = true
+	case <-timer.C:
+		t.failed = true
+	}
+	return t
+}
+
+// wait returns the outcome of each of the ticket's writes. One not known
+// stored (ok false) is settled by the shard (the writer may still write
+// it; a state's compare-and-swap and a verdict's id make that safe).
+func (t *groupTicket) wait(ctx context.Context) []groupAck {
+	if t.failed {
+		return make([]groupAck, len(t.r.msgs))
 	}
 	select {
-	case acks := <-r.done:
+	case acks := <-t.r.done:
+		return acks
+	default:
+	}
+	timer := time.NewTimer(time.Until(t.deadline))
+	defer timer.Stop()
+	select {
+	case acks := <-t.r.done:
 		return acks
 	case <-ctx.Done():
-	case <-t.C:
+	case <-timer.C:
 	}
-	// Not known: the shard settles each (the writer may still write
-	// them; a state's compare-and-swap and a verdict's id make that safe).
-	return make([]groupAck, len(msgs))
+	return make([]groupAck, len(t.r.msgs))
 }
 
 // write writes the n messages of reqs, as one atomic batch where it is

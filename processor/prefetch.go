@@ -57,48 +57,70 @@ type prefetched struct {
 type prefetch struct {
 	states  map[string]prefetched
 	lookups map[string][]span // by filter
-	// controlKnown says that controlled names every session with a
-	// message on its control subject stored before the batch was
-	// fetched; the others' catch-ups need not look there.
-	controlKnown bool
-	controlled   map[string]bool
+	// control, when not nil, names every session with a message on its
+	// control subject up to control.upTo; the others' catch-ups up to
+	// there need not look at that subject.
+	control *controlled
 }
 
 func (pf *prefetch) clear() {
 	clear(pf.states)
 	clear(pf.lookups)
-	clear(pf.controlled)
-	pf.controlKnown = false
+	pf.control = nil
 }
 
 // noControl reports whether session id is known to have no message on its
-// control subject that a catch-up of this batch could read.
-func (pf *prefetch) noControl(id string) bool {
-	return pf != nil && pf.controlKnown && !pf.controlled[id]
+// control subject at or below stream sequence limit.
+func (pf *prefetch) noControl(id string, limit uint64) bool {
+	return pf != nil && pf.control != nil && limit <= pf.control.upTo && !pf.control.ids[id]
 }
 
-// readControlled asks the events stream, once for the batch, which
-// sessions have any message on their control subject (operators' resumes,
-// rare). A catch-up of the batch reads no message stored after the batch
-// was fetched (see above), so a session not named needs no control lookup:
-// the check that a state read is not behind the stream then costs one
-// lookup, of its events subject. On failure nothing is known, and every
-// catch-up looks at both subjects.
-func (s *shard) readControlled(ctx context.Context) {
-	pf := &s.pre
+// controlled is what the events stream held on control subjects (operators'
+// resumes, rare) when it was asked: every session with a message there
+// stored at or below upTo is in ids.
+type controlled struct {
+	upTo uint64
+	ids  map[string]bool
+}
+
+// controlCache is the processor's latest answer of which sessions have
+// messages on their control subject, shared by its shards: a batch whose
+// catch-ups read no further than what it covers uses it as it is.
+type controlCache struct {
+	mu   sync.Mutex // held while asking the stream: one question at a time
+	last *controlled
+}
+
+// readControlled makes known which sessions have any message on their
+// control subject at or below stream sequence need, from the processor's
+// cache when it covers need, or else by asking the events stream (once for
+// the processor: shards that need it meanwhile wait for its answer). A
+// session not named then needs no control lookup in catch-ups up to the
+// sequence known: the check that a state read is not behind the stream
+// costs one lookup, of its events subject. On failure nothing is known,
+// and every catch-up looks at both subjects.
+func (s *shard) readControlled(ctx context.Context, need uint64) {
+	c := &s.p.control
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last != nil && c.last.upTo >= need {
+		s.pre.control = c.last
+		return
+	}
 	info, err := s.p.res.Events.Info(ctx, jetstream.WithSubjectFilter(s.p.subj.StoredControlFilter()))
 	if err != nil {
 		return
 	}
-	if pf.controlled == nil {
-		pf.controlled = make(map[string]bool, len(info.State.Subjects))
-	}
+	// The server counts subjects after it reads the last sequence: every
+	// message at or below it is counted.
+	got := &controlled{upTo: info.State.LastSeq, ids: make(map[string]bool, len(info.State.Subjects))}
 	for subj := range info.State.Subjects {
 		if id, ok := s.p.subj.ControlSession(subj); ok {
-			pf.controlled[id] = true
+			got.ids[id] = true
 		}
 	}
-	pf.controlKnown = true
+	c.last = got
+	s.pre.control = got
 }
 
 // state takes the prefetched state of session id, once.
@@ -152,6 +174,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		}
 		if i, ok := index[id]; ok {
 			tasks[i].at = 0
+			tasks[i].h = max(tasks[i].h, s.horizon(id, d), d.meta.Sequence.Stream)
 			continue
 		}
 		if sess := s.sessions[id]; sess != nil && sess.loaded >= d.horizon && sess.epoch == d.epoch {
@@ -167,7 +190,11 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.states = make(map[string]prefetched, len(tasks))
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
-	s.readControlled(ctx)
+	var need uint64
+	for _, t := range tasks {
+		need = max(need, t.h, t.at)
+	}
+	s.readControlled(ctx, need)
 	if len(tasks) > 1 && !s.p.multiGetOff.Load() {
 		ids := make([]string, len(tasks))
 		for i, t := range tasks {
@@ -230,7 +257,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 				from = got.state.Seq + 1
 			}
 			for i, f := range s.p.subj.SessionFilters(t.id) {
-				if f == "" || i == 1 && pf.noControl(t.id) {
+				if f == "" || i == 1 && pf.noControl(t.id, max(t.h, t.at)) {
 					continue
 				}
 				raw, ok := lookup(lookupKey{filter: f, seq: from})

@@ -1,10 +1,14 @@
 package processor
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/internal/embedded"
 )
 
 // TestPrefetchLookup: an answer read ahead answers the lookups it settles
@@ -51,4 +55,43 @@ func TestPrefetchLookup(t *testing.T) {
 	pf.clear()
 	_, ok = pf.lookup(lookupKey{filter: "events", seq: 10})
 	require.False(t, ok, "cleared with the batch")
+}
+
+// TestControlKnownUpTo: which sessions have messages on their control
+// subject is asked once and shared by the shards for every catch-up up to
+// the stream's last sequence when asked; a catch-up past it looks at the
+// control subject, and a batch that needs more asks again.
+func TestControlKnownUpTo(t *testing.T) {
+	e := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := New(ctx, e.JS, Config{Prefix: "ck", Partitions: 2})
+	require.NoError(t, err)
+	pub := func(subject string) uint64 {
+		t.Helper()
+		ack, err := e.JS.Publish(ctx, subject, []byte("{}"))
+		require.NoError(t, err)
+		return ack.Sequence
+	}
+	pub(p.subj.Events("a"))
+	last := pub(p.subj.Control("b"))
+
+	s1, s2 := &shard{p: p}, &shard{p: p}
+	s1.readControlled(ctx, last)
+	require.NotNil(t, s1.pre.control)
+	require.Equal(t, last, s1.pre.control.upTo)
+	require.True(t, s1.pre.noControl("a", last))
+	require.False(t, s1.pre.noControl("b", last), "b has a resume")
+	require.False(t, s1.pre.noControl("a", last+1), "past what was asked: not known")
+
+	resume := pub(p.subj.Control("a"))
+	s2.readControlled(ctx, last)
+	require.Same(t, s1.pre.control, s2.pre.control, "covered: the shards share one answer")
+	require.False(t, s2.pre.noControl("a", resume), "a's resume is past what the answer covers")
+
+	s2.pre.clear()
+	s2.readControlled(ctx, resume)
+	require.Equal(t, resume, s2.pre.control.upTo, "asked again for more")
+	require.False(t, s2.pre.noControl("a", resume))
+	require.True(t, s2.pre.noControl("c", resume))
 }

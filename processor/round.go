@@ -13,6 +13,25 @@ import (
 // This file holds a shard's round: one batch of deliveries decided in
 // order, its verdicts published, its touched sessions stored once (a group
 // commit), and only then its inputs finished in their ack windows.
+//
+// Rounds overlap by one: a round's states are sent to the bucket and the
+// shard goes on to decide its next batch and publish its verdicts while
+// they are written; only then does it wait for them, settle those not
+// plainly stored, and finish the round's inputs, before it sends the next
+// round's states. So at most one round of a shard has states in flight (its
+// pending round), each session's states are stored in order, each revision
+// read from the one before, and an input is still acknowledged only once
+// its session's state is stored. What the next round decides while its
+// predecessor's states are in flight it decides on the sessions in memory,
+// which are ahead of the bucket (a session with a store in flight stays in
+// memory: see session.dirty); its verdicts are published before the
+// predecessor's states are known stored, as a round's own are before its
+// states: a decision depends only on the inputs, so a session the pending
+// round then loses (another instance moved it on, or its state cannot be
+// stored now) is left by the next round as well, whose verdicts are the
+// ones its owner publishes again, under the same ids. Whatever reads or
+// judges the stored state itself (a spill's ownership check, a park
+// record) first settles the pending round.
 
 // ack is what to do with one input once its effects are durable.
 type ack struct {
@@ -49,14 +68,27 @@ type round struct {
 	// parked holds the sessions of fenced parked during the batch: their
 	// inputs are acknowledged after all, into the park record.
 	parked map[string]bool
+
+	n      uint64     // the round's number on its shard, from 1
+	batch  []delivery // the round's deliveries
+	stores *storeBatch
+	// settling is set while the round's stores are settled, when the
+	// next round may be deciding: a session left then (settleLeft) is
+	// left by that round too.
+	settling   bool
+	settleLeft []string
 }
 
-// handle runs a batch: steps every message, publishes the outputs, waits
-// for every publish ack, stores every touched session once (a group
-// commit), and only then acknowledges the inputs.
+// handle runs a batch: steps every message, publishes the outputs and
+// waits for every publish ack, then settles the shard's pending round and
+// sends this round's states (a group commit), leaving it pending: its
+// inputs are acknowledged once they are stored (settle).
 func (s *shard) handle(ctx context.Context, batch []delivery) error {
-	r := &round{s: s, p: s.p, ctx: ctx, b: &budget{limit: s.p.cfg.RetryFor, notice: s.p.noticeFailure}}
+	s.rounds++
+	r := &round{s: s, p: s.p, ctx: ctx, b: &budget{limit: s.p.cfg.RetryFor, notice: s.p.noticeFailure}, n: s.rounds, batch: batch}
 	r.acks = make([]ack, 0, len(batch))
+	s.cur = r
+	defer func() { s.cur = nil }()
 	s.fill(ctx, batch)
 	defer s.pre.clear()
 	for _, d := range batch {
@@ -73,10 +105,40 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	if err := r.publish(); err != nil {
 		return err
 	}
+	if err := s.settle(); err != nil {
+		return err
+	}
+	r.stores = s.startStores(ctx, r.touched, r.fenced, r.park, r.n)
+	s.pending = r
+	return nil
+}
+
+// settle waits for the pending round's states, stores those not plainly
+// stored, and finishes its inputs; a session it leaves, the round being
+// decided leaves too. It returns an error only when Run ends.
+func (s *shard) settle() error {
+	r := s.pending
+	if r == nil {
+		return nil
+	}
+	s.pending = nil
+	r.settling = true
+	r.stores.wait(r.ctx, s)
 	if err := r.store(); err != nil {
 		return err
 	}
-	r.finish(batch)
+	r.finish(r.batch)
+	if cur := s.cur; cur != nil {
+		for _, id := range r.settleLeft {
+			cur.leave(id)
+			if r.parked[id] {
+				if cur.parked == nil {
+					cur.parked = map[string]bool{}
+				}
+				cur.parked[id] = true
+			}
+		}
+	}
 	return nil
 }
 
@@ -87,10 +149,16 @@ func (r *round) leave(id string) {
 	}
 	r.fenced[id] = true
 	r.s.drop(id)
+	if r.settling {
+		r.settleLeft = append(r.settleLeft, id)
+	}
 }
 
 // fence leaves a session another instance moved on.
 func (r *round) fence(id string, err error) {
+	if r.fenced[id] {
+		return
+	}
 	r.p.log.Warn("session moved on under another instance; leaving it", "session", id, "err", err)
 	r.p.fenced.Add(1)
 	r.leave(id)
@@ -123,6 +191,14 @@ func (r *round) park(id string, err error) error {
 		p.obs.Stuck(id, true)
 	}
 	if p.parkable(id, err) {
+		// The record says what the bucket holds: the pending round's
+		// states first.
+		if err := r.s.settle(); err != nil {
+			return err
+		}
+		if r.fenced[id] {
+			return nil
+		}
 		perr := p.park(r.ctx, id, err)
 		if perr == nil {
 			if r.parked == nil {
@@ -141,8 +217,8 @@ func (r *round) park(id string, err error) error {
 
 // touch marks sess to be stored at the end of the batch.
 func (r *round) touch(sess *session) {
-	if !sess.dirty {
-		sess.dirty = true
+	if sess.dirty != r.n {
+		sess.dirty = r.n
 		r.touched = append(r.touched, sess)
 	}
 }
@@ -327,10 +403,11 @@ func (r *round) publish() error {
 	return nil
 }
 
-// store stores every touched session the batch did not leave.
+// store settles the round's states that were not plainly stored (see
+// startStores): each is stored on its own, and a session whose state
+// cannot be is left.
 func (r *round) store() error {
-	stores := r.s.sendStores(r.ctx, r.touched, r.fenced, r.park)
-	for _, st := range stores {
+	for _, st := range r.stores.out {
 		if r.fenced[st.sess.id] || st.done {
 			continue
 		}
@@ -340,7 +417,7 @@ func (r *round) store() error {
 		// published is what the owner publishes, since decisions depend
 		// only on the inputs (and a spill's failure only once the owner
 		// is checked, see spill).
-		if err := r.s.store(r.ctx, r.b, st.sess); err != nil {
+		if err := r.s.store(r.ctx, r.b, st); err != nil {
 			if err := r.fail(st.sess.id, err); err != nil {
 				return err
 			}

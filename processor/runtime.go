@@ -58,6 +58,9 @@ type Processor struct {
 	// request each (prefetch.go).
 	multiGetOff atomic.Bool
 	cached      atomic.Int64 // sessions the shards hold
+	// control is the latest answer of which sessions have messages on
+	// their control subject (prefetch.go).
+	control controlCache
 }
 
 // Option adjusts a Processor for tests.

@@ -24,12 +24,15 @@ type session struct {
 	id string
 	// l is the ledger; nil while the session is idle, when idle holds its
 	// snapshot instead (see shard.sweep), or before its first event.
-	l     *ledger.Ledger
-	idle  []byte
-	used  bool   // stepped since the last sweep
-	seq   uint64 // last applied stream sequence
-	rev   uint64 // KV revision of the stored state; 0 when none is stored
-	dirty bool
+	l    *ledger.Ledger
+	idle []byte
+	used bool   // stepped since the last sweep
+	seq  uint64 // last applied stream sequence
+	rev  uint64 // KV revision of the stored state; 0 when none is stored
+	// dirty is the shard's round that changed it last and whose store
+	// has not completed (see round.go); 0 when the bucket holds all of
+	// it. A dirty session stays in memory: the bucket is behind it.
+	dirty uint64
 	// caughtUp is the horizon this session caught up to; 0 after loading.
 	caughtUp uint64
 	// loaded is the horizon in force when the state was read.
@@ -85,7 +88,7 @@ func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch u
 		// A session changed in the batch at hand is newer than the bucket
 		// until the batch is stored; if another instance moved it on, the
 		// compare-and-swap at the end of the batch says so.
-		if sess.dirty || sess.loaded >= horizon && sess.epoch == epoch {
+		if sess.dirty != 0 || sess.loaded >= horizon && sess.epoch == epoch {
 			return sess, nil
 		}
 		s.drop(id)
@@ -158,21 +161,30 @@ var errFenced = errors.New("processor: session state changed by another writer")
 
 // sentStore is a session's state on its way to the bucket.
 type sentStore struct {
-	sess *session
-	sent time.Time
-	done bool // stored (storedAt was called)
+	sess  *session
+	val   []byte // the state sent, as of the end of its round
+	round uint64 // the round it was sent for
+	sent  time.Time
+	done  bool // stored (storedAt was called)
 }
 
-// sendStores writes the state of every session in touched to the bucket,
+// storeBatch is the states of one round on their way to the bucket.
+type storeBatch struct {
+	out    []sentStore
+	ticket *groupTicket // nil: nothing was sent
+}
+
+// startStores sends the state of every session in touched to the bucket,
 // each a compare-and-swap on the session's revision (what kv.Update and
 // kv.Create publish), through the processor's writer of states (group.go),
 // with other shards' states, as one atomic batch where there are enough,
-// and otherwise each on its own, all at once. A state plainly stored is
-// done; whatever was not goes through store, which sorts out conflicts and
-// lost replies. Sessions fenced during the batch are not sent.
-func (s *shard) sendStores(ctx context.Context, touched []*session, fenced map[string]bool, park func(string, error) error) []sentStore {
+// and otherwise each on its own, all at once; wait reads the outcome. A
+// state plainly stored is done; whatever was not goes through store, which
+// sorts out conflicts and lost replies. Sessions fenced during the batch
+// are not sent.
+func (s *shard) startStores(ctx context.Context, touched []*session, fenced map[string]bool, park func(string, error) error, round uint64) *storeBatch {
 	p := s.p
-	out := make([]sentStore, 0, len(touched))
+	sb := &storeBatch{out: make([]sentStore, 0, len(touched))}
 	msgs := make([]*nats.Msg, 0, len(touched))
 	for _, sess := range touched {
 		if fenced[sess.id] {
@@ -186,52 +198,57 @@ func (s *shard) sendStores(ctx context.Context, touched []*session, fenced map[s
 		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
 		msg.Data = val
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(sess.rev, 10))
-		out = append(out, sentStore{sess: sess, sent: time.Now()})
+		sb.out = append(sb.out, sentStore{sess: sess, val: val, round: round, sent: time.Now()})
 		msgs = append(msgs, msg)
 	}
-	if len(msgs) == 0 {
-		return out
+	if len(msgs) > 0 {
+		sb.ticket = s.states.send(ctx, p, true, false, msgs)
 	}
-	for k, a := range s.states.submit(ctx, p, true, false, msgs) {
-		if a.ok {
-			s.storedAt(out[k].sess, a.seq, out[k].sent)
-			out[k].done = true
-		}
-	}
-	return out
+	return sb
 }
 
-// storedAt records that sess's state is stored at revision rev.
-func (s *shard) storedAt(sess *session, rev uint64, sent time.Time) {
-	sess.rev, sess.dirty = rev, false
+// wait records the outcome of the batch's writes: each state plainly
+// stored is done.
+func (sb *storeBatch) wait(ctx context.Context, s *shard) {
+	if sb.ticket == nil {
+		return
+	}
+	for k, a := range sb.ticket.wait(ctx) {
+		if a.ok {
+			s.storedAt(sb.out[k].sess, a.seq, sb.out[k].sent, sb.out[k].round)
+			sb.out[k].done = true
+		}
+	}
+}
+
+// storedAt records that sess's state as of round is stored at revision
+// rev: the session is clean unless a later round changed it since.
+func (s *shard) storedAt(sess *session, rev uint64, sent time.Time, round uint64) {
+	sess.rev = rev
+	if sess.dirty == round {
+		sess.dirty = 0
+	}
 	s.p.obs.Stored(time.Since(sent))
-	if sess.closed() {
+	if sess.closed() && sess.dirty == 0 {
 		s.drop(sess.id) // closed: nothing more to cache
 	}
 }
 
-// store writes a session's state with compare-and-swap on its revision.
-func (s *shard) store(ctx context.Context, b *budget, sess *session) error {
-	p := s.p
-	val, err := sess.state()
-	if err != nil {
-		return fmt.Errorf("processor: session %s: %w", sess.id, err)
-	}
+// store writes a session's state as sent (st) with compare-and-swap on
+// its revision, until it is stored or the session is fenced.
+func (s *shard) store(ctx context.Context, b *budget, st sentStore) error {
+	p, sess, val := s.p, st.sess, st.val
 	kv := p.res.Sessions
-	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		var rev uint64
+		var err error
 		if sess.rev == 0 {
 			rev, err = kv.Create(ctx, sess.id, val)
 		} else {
 			rev, err = kv.Update(ctx, sess.id, val, sess.rev)
 		}
 		if err == nil {
-			sess.rev, sess.dirty = rev, false
-			p.obs.Stored(time.Since(start))
-			if sess.closed() {
-				s.drop(sess.id) // closed: nothing more to cache
-			}
+			s.storedAt(sess, rev, st.sent, st.round)
 			return nil
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
@@ -240,8 +257,7 @@ func (s *shard) store(ctx context.Context, b *budget, sess *session) error {
 			e, gerr := kv.Get(ctx, sess.id)
 			switch {
 			case gerr == nil && bytes.Equal(e.Value(), val):
-				sess.rev, sess.dirty = e.Revision(), false
-				p.obs.Stored(time.Since(start))
+				s.storedAt(sess, e.Revision(), st.sent, st.round)
 				return nil
 			case gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound):
 				s.drop(sess.id)

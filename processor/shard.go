@@ -55,6 +55,10 @@ type shard struct {
 	// leftAll stands for the entries of left dropped to bound it (see
 	// maxLeft): every session catches up past it once.
 	leftAll uint64
+	// rounds counts the shard's rounds; pending is the round whose
+	// states are in flight, cur the round being decided (round.go).
+	rounds       uint64
+	pending, cur *round
 }
 
 // maxLeft bounds a shard's left entries: past it they fold into leftAll.
@@ -148,7 +152,7 @@ func (s *shard) sweep() {
 		case sess.l == nil:
 		case sess.used && !idleAll:
 			sess.used = false
-		case !sess.dirty && !sess.l.Pending():
+		case sess.dirty == 0 && !sess.l.Pending():
 			snap, err := sess.l.MarshalBinary()
 			if err != nil {
 				continue // stays live
@@ -161,7 +165,7 @@ func (s *shard) sweep() {
 		if len(s.sessions) <= limit {
 			break
 		}
-		if sess.l == nil && !sess.dirty {
+		if sess.l == nil && sess.dirty == 0 {
 			s.drop(id)
 			s.p.dropped.Add(1)
 		}
@@ -169,24 +173,22 @@ func (s *shard) sweep() {
 }
 
 func (s *shard) run(ctx context.Context) error {
-	batch := make([]delivery, 0, s.p.cfg.MaxBatch)
+	// Two batches: one may be pending while the next is decided.
+	var bufs [2][]delivery
+	for i := range bufs {
+		bufs[i] = make([]delivery, 0, s.p.cfg.MaxBatch)
+	}
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
 	for {
-		var m delivery
-		var ok bool
-		select {
-		case m, ok = <-s.q:
-		case <-tick.C:
-			s.sweep()
-			continue
-		case <-ctx.Done():
-			return ctx.Err()
+		m, ok, err := s.next(ctx, tick.C)
+		if err != nil {
+			return err
 		}
 		if !ok {
-			return nil
+			return s.settle()
 		}
-		batch = append(batch[:0], m)
+		batch := append(bufs[s.rounds%2][:0], m)
 	fill:
 		for len(batch) < cap(batch) {
 			select {
@@ -202,8 +204,43 @@ func (s *shard) run(ctx context.Context) error {
 		if err := s.handle(ctx, batch); err != nil {
 			return err
 		}
+		if idleAll {
+			// Every session of the batch idled: none may be pending.
+			if err := s.settle(); err != nil {
+				return err
+			}
+		}
 		if s.woken >= maxLive || idleAll {
 			s.sweep()
+		}
+	}
+}
+
+// next returns the next delivery, not ok once the queue is closed. With
+// nothing queued it settles the pending round before it waits; it sweeps
+// on every tick.
+func (s *shard) next(ctx context.Context, tick <-chan time.Time) (m delivery, ok bool, err error) {
+	for {
+		select {
+		case m, ok = <-s.q:
+			return m, ok, nil
+		case <-tick:
+			s.sweep()
+			continue
+		case <-ctx.Done():
+			return m, false, ctx.Err()
+		default:
+		}
+		if err := s.settle(); err != nil {
+			return m, false, err
+		}
+		select {
+		case m, ok = <-s.q:
+			return m, ok, nil
+		case <-tick:
+			s.sweep()
+		case <-ctx.Done():
+			return m, false, ctx.Err()
 		}
 	}
 }
