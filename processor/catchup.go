@@ -56,6 +56,10 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 		if raw == nil || raw.Sequence > limit {
 			return nil
 		}
+		if raw, err = r.whole(ctx, b, raw); err != nil {
+			s.drop(sess.id)
+			return err
+		}
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
 		p.caughtUp.Add(1)
 		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
@@ -79,16 +83,38 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 // found nothing is not asked again (its readers look no further than what
 // the stream held when they began).
 type streamReader struct {
-	p       *Processor
-	filters []string
-	ahead   []*jetstream.RawStreamMsg
-	done    []bool
-	pre     *prefetch // answers read ahead, if any
+	p        *Processor
+	filters  []string
+	ahead    []*jetstream.RawStreamMsg
+	position []bool // ahead[i] is a position only (probe.go)
+	done     []bool
+	pre      *prefetch // answers read ahead, if any
 }
 
 func (p *Processor) reader(filters []string) *streamReader {
 	filters = slices.DeleteFunc(slices.Clone(filters), func(f string) bool { return f == "" })
-	return &streamReader{p: p, filters: filters, ahead: make([]*jetstream.RawStreamMsg, len(filters)), done: make([]bool, len(filters))}
+	n := len(filters)
+	return &streamReader{p: p, filters: filters, ahead: make([]*jetstream.RawStreamMsg, n), position: make([]bool, n), done: make([]bool, n)}
+}
+
+// whole returns raw, a message next returned, read whole: a prefetched
+// position is read again by its sequence.
+func (r *streamReader) whole(ctx context.Context, b *budget, raw *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
+	for i, m := range r.ahead {
+		if m != raw || !r.position[i] {
+			continue
+		}
+		got, err := r.p.nextMsg(ctx, b, raw.Sequence, raw.Subject)
+		if err == nil && (got == nil || got.Sequence != raw.Sequence) {
+			err = fmt.Errorf("processor: sequence %d of the events stream is gone", raw.Sequence)
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.ahead[i], r.position[i] = got, false
+		return got, nil
+	}
+	return raw, nil
 }
 
 // next returns the first message at or after seq that matches a filter, or
@@ -100,7 +126,7 @@ func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstr
 			continue
 		}
 		if r.ahead[i] == nil || r.ahead[i].Sequence < seq {
-			m, ok := r.pre.lookup(lookupKey{filter: f, seq: seq})
+			m, position, ok := r.pre.lookup(lookupKey{filter: f, seq: seq})
 			if !ok {
 				var err error
 				if m, err = r.p.nextMsg(ctx, b, seq, f); err != nil {
@@ -111,7 +137,7 @@ func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstr
 				r.done[i] = true
 				continue
 			}
-			r.ahead[i] = m
+			r.ahead[i], r.position[i] = m, position
 		}
 		if best < 0 || r.ahead[i].Sequence < r.ahead[best].Sequence {
 			best = i

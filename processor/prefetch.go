@@ -44,6 +44,8 @@ type lookupKey struct {
 type span struct {
 	from uint64
 	msg  *jetstream.RawStreamMsg
+	// position: msg holds its subject and sequence only (probe.go).
+	position bool
 }
 
 // prefetched is what the prefetch read of one session's stored state.
@@ -132,17 +134,18 @@ func (pf *prefetch) state(id string) (prefetched, bool) {
 	return st, ok
 }
 
-// lookup returns the prefetched answer of a lookup, if there is one.
-func (pf *prefetch) lookup(k lookupKey) (*jetstream.RawStreamMsg, bool) {
+// lookup returns the prefetched answer of a lookup, if there is one, and
+// whether it is a message's position only (probe.go).
+func (pf *prefetch) lookup(k lookupKey) (msg *jetstream.RawStreamMsg, position, ok bool) {
 	if pf == nil {
-		return nil, false
+		return nil, false, false
 	}
 	for _, sp := range pf.lookups[k.filter] {
 		if k.seq >= sp.from && (sp.msg == nil || k.seq <= sp.msg.Sequence) {
-			return sp.msg, true
+			return sp.msg, sp.position, true
 		}
 	}
-	return nil, false
+	return nil, false, false
 }
 
 // prefetchTask is the reading of one session: its state, then the
@@ -211,18 +214,16 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, prefetchConcurrency)
-	lookup := func(k lookupKey) (*jetstream.RawStreamMsg, bool) {
+	// lookup reads the answer of k, whole when want says a catch-up of
+	// the batch may apply the message found.
+	lookup := func(k lookupKey, want func(uint64) bool) (*jetstream.RawStreamMsg, bool) {
 		s.p.readAhead.Add(1)
-		raw, err := s.p.res.Events.GetMsg(ctx, k.seq, jetstream.WithGetMsgSubject(k.filter))
-		switch {
-		case err == nil:
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			raw = nil
-		default:
+		raw, position, err := s.p.findNext(ctx, k.seq, k.filter, want)
+		if err != nil {
 			return nil, false // asked again by the batch, with its retries
 		}
 		mu.Lock()
-		pf.lookups[k.filter] = append(pf.lookups[k.filter], span{from: k.seq, msg: raw})
+		pf.lookups[k.filter] = append(pf.lookups[k.filter], span{from: k.seq, msg: raw, position: position})
 		mu.Unlock()
 		return raw, true
 	}
@@ -256,16 +257,23 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 			if got.state != nil {
 				from = got.state.Seq + 1
 			}
+			// A catch-up of the batch applies a message found here only
+			// up to the session's horizon, never its one input itself
+			// (delivered to be decided), so that one is read for its
+			// position only; with several inputs, all is read whole.
+			want := func(seq uint64) bool {
+				return t.at == 0 || seq != t.at && seq <= max(t.h, t.at)
+			}
 			for i, f := range s.p.subj.SessionFilters(t.id) {
 				if f == "" || i == 1 && pf.noControl(t.id, max(t.h, t.at)) {
 					continue
 				}
-				raw, ok := lookup(lookupKey{filter: f, seq: from})
+				raw, ok := lookup(lookupKey{filter: f, seq: from}, want)
 				// The session's events filter (the first) finds its input
 				// of this batch: the catch-up after it looks past it, when
 				// its horizon is past it.
 				if ok && i == 0 && t.at != 0 && t.h > t.at && raw != nil && raw.Sequence == t.at {
-					lookup(lookupKey{filter: f, seq: t.at + 1})
+					lookup(lookupKey{filter: f, seq: t.at + 1}, want)
 				}
 			}
 		}()

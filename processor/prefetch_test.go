@@ -17,7 +17,7 @@ import (
 // another filter or an earlier sequence goes to the server.
 func TestPrefetchLookup(t *testing.T) {
 	var none *prefetch
-	_, ok := none.lookup(lookupKey{filter: "a", seq: 1})
+	_, _, ok := none.lookup(lookupKey{filter: "a", seq: 1})
 	require.False(t, ok, "no prefetch answers nothing")
 
 	m := &jetstream.RawStreamMsg{Sequence: 40}
@@ -42,7 +42,8 @@ func TestPrefetchLookup(t *testing.T) {
 		{"control", 55, nil, true},
 		{"other", 10, nil, false},
 	} {
-		got, ok := pf.lookup(lookupKey{filter: c.filter, seq: c.seq})
+		got, position, ok := pf.lookup(lookupKey{filter: c.filter, seq: c.seq})
+		require.False(t, position)
 		require.Equal(t, c.ok, ok, "%s from %d", c.filter, c.seq)
 		require.Same(t, c.want, got, "%s from %d", c.filter, c.seq)
 	}
@@ -53,7 +54,7 @@ func TestPrefetchLookup(t *testing.T) {
 	_, ok = pf.state("s")
 	require.False(t, ok, "a prefetched state is taken once")
 	pf.clear()
-	_, ok = pf.lookup(lookupKey{filter: "events", seq: 10})
+	_, _, ok = pf.lookup(lookupKey{filter: "events", seq: 10})
 	require.False(t, ok, "cleared with the batch")
 }
 

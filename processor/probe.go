@@ -1,0 +1,136 @@
+package processor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// This file holds the prefetch's lookups of the events stream: where a
+// session's next message is, read whole only when a catch-up may apply it.
+//
+// Checking a state just read against the stream (catchup.go) finds, almost
+// always, the input at hand: the answer's sequence is all that is needed,
+// and decoding its body and headers from the answer's JSON and base64 is
+// most of what a lookup costs the processor. A lookup here reads the
+// answer's subject and sequence, and decodes the rest only when want says
+// the message may be applied; a message read for its position only is
+// marked as such, and read again by sequence if a catch-up does come to
+// apply it.
+
+// lookupWait bounds one lookup when its context has no deadline.
+const lookupWait = 5 * time.Second
+
+// errPositionAnswer means an answer not in the expected form: it is read
+// the general way.
+var errPositionAnswer = errors.New("processor: a lookup's answer is not in the usual form")
+
+// findNext returns the first message of the events stream at or after seq
+// whose subject matches filter (nil when there is none), whole when want
+// says so of its sequence and otherwise with its subject and sequence only
+// (position true).
+func (p *Processor) findNext(ctx context.Context, seq uint64, filter string, want func(uint64) bool) (raw *jetstream.RawStreamMsg, position bool, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, lookupWait)
+		defer cancel()
+	}
+	body, err := json.Marshal(struct {
+		Seq    uint64 `json:"seq"`
+		NextBy string `json:"next_by_subj"`
+	}{seq, filter})
+	if err != nil {
+		return nil, false, err
+	}
+	reply, err := p.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+p.cfg.Names().Events, body)
+	if err != nil {
+		return nil, false, fmt.Errorf("processor: looking up %s from %d: %w", filter, seq, err)
+	}
+	subject, found, perr := positionOf(reply.Data)
+	if perr == nil && !want(found) {
+		return &jetstream.RawStreamMsg{Subject: subject, Sequence: found}, true, nil
+	}
+	raw, err = decodeMsgGet(reply.Data)
+	return raw, false, err
+}
+
+// positionOf reads the subject and sequence of the message in a
+// STREAM.MSG.GET answer, errPositionAnswer when the answer is anything but
+// a message in the server's usual form.
+func positionOf(data []byte) (subject string, seq uint64, err error) {
+	i := bytes.Index(data, []byte(`"message":{`))
+	if i < 0 || bytes.Contains(data[:i], []byte(`"error"`)) {
+		return "", 0, errPositionAnswer
+	}
+	msg := data[i:]
+	// Base64 and a subject hold no quote, so the first of each key after
+	// "message" is the field.
+	j := bytes.Index(msg, []byte(`"subject":"`))
+	k := bytes.Index(msg, []byte(`"seq":`))
+	if j < 0 || k < 0 {
+		return "", 0, errPositionAnswer
+	}
+	subj := msg[j+len(`"subject":"`):]
+	end := bytes.IndexByte(subj, '"')
+	if end <= 0 || bytes.IndexByte(subj[:end], '\\') >= 0 {
+		return "", 0, errPositionAnswer // escaped: read the general way
+	}
+	digits := msg[k+len(`"seq":`):]
+	n := 0
+	for n < len(digits) && digits[n] >= '0' && digits[n] <= '9' {
+		n++
+	}
+	seq, perr := strconv.ParseUint(string(digits[:n]), 10, 64)
+	if perr != nil || seq == 0 {
+		return "", 0, errPositionAnswer
+	}
+	return string(subj[:end]), seq, nil
+}
+
+// decodeMsgGet reads a STREAM.MSG.GET answer whole: the message, nil when
+// the stream has none there, or the server's error.
+func decodeMsgGet(data []byte) (*jetstream.RawStreamMsg, error) {
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     uint16 `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, fmt.Errorf("processor: a lookup's answer is not JSON: %w", err)
+	}
+	if e := resp.Error; e != nil {
+		if e.ErrCode == uint16(jetstream.JSErrCodeMessageNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("processor: lookup refused: %s (%d, error code %d)", e.Description, e.Code, e.ErrCode)
+	}
+	m := resp.Message
+	if m == nil {
+		return nil, errors.New("processor: a lookup's answer holds neither a message nor an error")
+	}
+	raw := &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Data: m.Data, Time: m.Time}
+	if len(m.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(m.Header)
+		if err != nil {
+			return nil, fmt.Errorf("processor: the headers of sequence %d: %w", m.Seq, err)
+		}
+		raw.Header = h
+	}
+	return raw, nil
+}
