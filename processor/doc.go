@@ -45,10 +45,10 @@
 // the server a staging store besides its fsync, so a group of fewer than
 // 16 writes goes one at a time, pipelined. Measured side by side on one
 // server that syncs every write: at a million live sessions and one event
-// each, groups of about 500 states decide 3.5 times as many events a
+// each, groups of about 700 states decide 3.2 times as many events a
 // second as writes one by one, as many as the same processor on a lazy
 // server, and reading the states and looking up the events stream then
-// bound it; at 100 busy sessions, groups of about 34 writes where a shard
+// bound it; at 100 busy sessions, groups of about 40 writes where a shard
 // alone had 3 or 4 (docs/performance.md, "Durable writes"). Rejected inputs are terminated with their rejection
 // code as the reason, after their event.rejected verdict is durable, so a
 // poison message is never redelivered.
@@ -67,8 +67,8 @@
 // whose verdicts are the same ones its owner publishes again. The rare
 // steps that judge the stored state itself, a spill's ownership check and
 // a park record, first wait for the batch in flight. Measured in one run
-// at 100 busy sessions: 1 KiB ingest from 0.52 to 0.70 of a raw consumer's
-// read rate.
+// at 100 busy sessions (1 KiB events, batches of 512): 0.70 of a raw
+// consumer's read rate where waiting for both writes in turn gave 0.52.
 //
 // A partition's consumer acknowledges with AckAll: one ack of a stream
 // sequence acknowledges every input of the partition up to it, which spares
@@ -109,9 +109,11 @@
 //     left undecided;
 //   - round.go: one batch of a shard, from the decisions to the acks: each
 //     input routed and decided, the outputs published, the touched
-//     sessions stored, the inputs finished; and the sessions it leaves;
-//   - prefetch.go, multiget.go: the batch's state reads (many keys a
-//     request) and catch-up lookups, made at once before it begins;
+//     sessions stored (while the shard's next batch is decided), the
+//     inputs finished; and the sessions it leaves;
+//   - prefetch.go, multiget.go, probe.go: the batch's state reads (many
+//     keys a request) and catch-up lookups (a message's position alone
+//     unless a catch-up may apply it), made at once before it begins;
 //   - sessions.go: loading a session's state, the lease check, storing with
 //     compare-and-swap;
 //   - catchup.go: applying from the stream what was delivered elsewhere or
