@@ -1,14 +1,10 @@
 package processor
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-
-	"github.com/seamguard/seamguard/internal/embedded"
 )
 
 // TestPrefetchLookup: an answer read ahead answers the lookups it settles
@@ -63,11 +59,7 @@ func TestPrefetchLookup(t *testing.T) {
 // the stream's last sequence when asked; a catch-up past it looks at the
 // control subject, and a batch that needs more asks again.
 func TestControlKnownUpTo(t *testing.T) {
-	e := embedded.StartTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := New(ctx, e.JS, Config{Prefix: "ck", Partitions: 2})
-	require.NoError(t, err)
+	e, p, ctx := testProcessor(t, "ck")
 	pub := func(subject string) uint64 {
 		t.Helper()
 		ack, err := e.JS.Publish(ctx, subject, []byte("{}"))

@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/internal/jsread"
 )
 
 // This file holds the prefetch's lookups of the events stream: where a
@@ -57,7 +58,7 @@ func (p *Processor) findNext(ctx context.Context, seq uint64, filter string, wan
 	if perr == nil && !want(found) {
 		return &jetstream.RawStreamMsg{Subject: subject, Sequence: found}, true, nil
 	}
-	raw, err = decodeMsgGet(reply.Data)
+	raw, err = decodeMsgGet(p.cfg.Names().Events, reply.Data)
 	return raw, false, err
 }
 
@@ -94,43 +95,12 @@ func positionOf(data []byte) (subject string, seq uint64, err error) {
 	return string(subj[:end]), seq, nil
 }
 
-// decodeMsgGet reads a STREAM.MSG.GET answer whole: the message, nil when
-// the stream has none there, or the server's error.
-func decodeMsgGet(data []byte) (*jetstream.RawStreamMsg, error) {
-	var resp struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     uint16 `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Message *struct {
-			Subject string    `json:"subject"`
-			Seq     uint64    `json:"seq"`
-			Header  []byte    `json:"hdrs"`
-			Data    []byte    `json:"data"`
-			Time    time.Time `json:"time"`
-		} `json:"message"`
+// decodeMsgGet reads a STREAM.MSG.GET answer from stream whole: the
+// message, nil when the stream has none there, or the server's error.
+func decodeMsgGet(stream string, data []byte) (*jetstream.RawStreamMsg, error) {
+	m, err := jsread.DecodeMsgGet(stream, data)
+	if err != nil || m == nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, fmt.Errorf("processor: a lookup's answer is not JSON: %w", err)
-	}
-	if e := resp.Error; e != nil {
-		if e.ErrCode == uint16(jetstream.JSErrCodeMessageNotFound) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("processor: lookup refused: %s (%d, error code %d)", e.Description, e.Code, e.ErrCode)
-	}
-	m := resp.Message
-	if m == nil {
-		return nil, errors.New("processor: a lookup's answer holds neither a message nor an error")
-	}
-	raw := &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Data: m.Data, Time: m.Time}
-	if len(m.Header) > 0 {
-		h, err := nats.DecodeHeadersMsg(m.Header)
-		if err != nil {
-			return nil, fmt.Errorf("processor: the headers of sequence %d: %w", m.Seq, err)
-		}
-		raw.Header = h
-	}
-	return raw, nil
+	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Header: m.Header, Data: m.Data, Time: m.Time}, nil
 }

@@ -14,15 +14,23 @@ import (
 	"github.com/seamguard/seamguard/internal/embedded"
 )
 
+// testProcessor provisions a processor of two partitions under prefix
+// on a server of its own, without running it.
+func testProcessor(t *testing.T, prefix string) (*embedded.Test, *Processor, context.Context) {
+	t.Helper()
+	e := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	p, err := New(ctx, e.JS, Config{Prefix: prefix, Partitions: 2})
+	require.NoError(t, err)
+	return e, p, ctx
+}
+
 // TestFindNext: a lookup answered by a real server reads the message whole
 // when asked, and otherwise its subject and sequence alone; nothing found
 // is nil; a position a catch-up comes to apply is read again whole.
 func TestFindNext(t *testing.T) {
-	e := embedded.StartTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := New(ctx, e.JS, Config{Prefix: "fn", Partitions: 2})
-	require.NoError(t, err)
+	e, p, ctx := testProcessor(t, "fn")
 	pub := func(session, body string) uint64 {
 		t.Helper()
 		m := nats.NewMsg(p.subj.Events(session))
@@ -127,7 +135,7 @@ func FuzzPositionOf(f *testing.F) {
 		require.Equal(t, subject, gotSubj)
 		require.Equal(t, seq, gotSeq)
 		if _, herr := nats.DecodeHeadersMsg(hdrs); len(hdrs) == 0 || herr == nil {
-			raw, err := decodeMsgGet(b)
+			raw, err := decodeMsgGet("S", b)
 			require.NoError(t, err)
 			require.Equal(t, gotSubj, raw.Subject, "the general way reads the same")
 			require.Equal(t, gotSeq, raw.Sequence)

@@ -415,28 +415,34 @@ func (r *Reader) parseMsgGet(m *nats.Msg) (*Msg, error) {
 	if st := m.Header.Get("Status"); st != "" {
 		return nil, fmt.Errorf("jsread: get from stream %s: %s %s", r.Stream, st, m.Header.Get("Description"))
 	}
+	return DecodeMsgGet(r.Stream, m.Data)
+}
+
+// DecodeMsgGet reads the body of a STREAM.MSG.GET answer from stream: the
+// message, or nil when the stream has none there.
+func DecodeMsgGet(stream string, data []byte) (*Msg, error) {
 	var resp msgGetResponse
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("jsread: get from stream %s: the answer is not JSON: %w", r.Stream, err)
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, fmt.Errorf("jsread: get from stream %s: the answer is not JSON: %w", stream, err)
 	}
 	if e := resp.Error; e != nil {
 		switch e.ErrCode {
 		case errCodeNoMessage:
 			return nil, nil
 		case errCodeStreamNotFound:
-			return nil, fmt.Errorf("jsread: stream %s: %w", r.Stream, jetstream.ErrStreamNotFound)
+			return nil, fmt.Errorf("jsread: stream %s: %w", stream, jetstream.ErrStreamNotFound)
 		}
-		return nil, fmt.Errorf("jsread: get from stream %s: %s (%d, error code %d)", r.Stream, e.Description, e.Code, e.ErrCode)
+		return nil, fmt.Errorf("jsread: get from stream %s: %s (%d, error code %d)", stream, e.Description, e.Code, e.ErrCode)
 	}
 	sm := resp.Message
 	if sm == nil {
-		return nil, fmt.Errorf("jsread: get from stream %s: an answer with neither a message nor an error", r.Stream)
+		return nil, fmt.Errorf("jsread: get from stream %s: an answer with neither a message nor an error", stream)
 	}
 	msg := &Msg{Subject: sm.Subject, Seq: sm.Seq, Time: sm.Time, Data: sm.Data}
 	if len(sm.Header) > 0 {
 		h, err := nats.DecodeHeadersMsg(sm.Header)
 		if err != nil {
-			return nil, fmt.Errorf("jsread: get from stream %s: the headers of sequence %d: %w", r.Stream, sm.Seq, err)
+			return nil, fmt.Errorf("jsread: get from stream %s: the headers of sequence %d: %w", stream, sm.Seq, err)
 		}
 		msg.Header = h
 	}
