@@ -196,8 +196,10 @@
 //     left in the events stream until an operator's control input applies
 //     them.
 //   - a spill: the object store's own retries (package spill, bounded in
-//     count); NATS not answering, within the batch's budget as above; other
-//     failures up to 4 attempts, then the session halts (rule 5). A spill
+//     count); NATS not answering, or a JetStream cluster that cannot serve
+//     for a moment (temporarily unavailable, not the leader, a stream
+//     offline: a leader election), within the batch's budget as above;
+//     other failures up to 4 attempts, then the session halts (rule 5). A spill
 //     that runs out of storage, the bucket's size or the session's quota
 //     halts the session at once.
 //   - a partition's fetches, and reading its consumer's state on a takeover

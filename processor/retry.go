@@ -36,9 +36,10 @@ func starting(ctx context.Context, log *slog.Logger, timeout time.Duration, what
 	}
 }
 
-// waitable reports whether a failure to set up may pass by itself: NATS
-// not answering, or a JetStream cluster saying that it cannot place or
-// reach a stream now (no quorum, peers offline, a leader not yet elected).
+// waitable reports whether a failure (to set up, or of a spill) may pass
+// by itself: NATS not answering, or a JetStream cluster saying that it
+// cannot place or reach a stream now (no quorum, peers offline, a leader
+// not yet elected).
 func waitable(err error) bool {
 	if Unreachable(err) {
 		return true

@@ -133,7 +133,7 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 			p.log.Warn("spill waits: a store it needs is missing", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 			continue
 		}
-		if !permanent && (errors.Is(err, spill.ErrUnavailable) || !errors.Is(err, spill.ErrIncomplete) && (p.status() != nats.CONNECTED || unreachable(err))) {
+		if !permanent && spillWaits(err, p.status() == nats.CONNECTED) {
 			if rerr := b.retry(ctx, attempt, err); rerr != nil {
 				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: %w", req.Name, rerr)
 			}
@@ -154,6 +154,20 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 		p.obs.SpillFailed()
 		return ledger.SpillResult{Failure: err.Error()}, nil
 	}
+}
+
+// spillWaits reports whether a spill's failure (err, not permanent) is
+// NATS or JetStream not serving now, which the spill waits out with the
+// batch's retries rather than counting it against the session: the
+// transcript unavailable for now, the connection down, no answer, or a
+// JetStream cluster that cannot serve for a moment (a leader election:
+// "temporarily unavailable", not the leader, the stream offline). A
+// transcript no longer whole is never waited for.
+func spillWaits(err error, connected bool) bool {
+	if errors.Is(err, spill.ErrUnavailable) {
+		return true
+	}
+	return !errors.Is(err, spill.ErrIncomplete) && (!connected || waitable(err))
 }
 
 // spillFailures is how many times a spill may fail (beyond NATS not
