@@ -53,23 +53,6 @@
 // code as the reason, after their event.rejected verdict is durable, so a
 // poison message is never redelivered.
 //
-// A shard's rounds overlap by one (round.go): once a batch's verdicts are
-// confirmed, its states are handed to the writer and the shard decides its
-// next batch and publishes that batch's verdicts while they are stored;
-// then it waits for them, finishes their inputs, and hands over the next
-// batch's states. So a shard waits for one durable write per batch where
-// it waited for two in series, a session's states are still stored in
-// order (each compare-and-swap on the revision the one before stored),
-// and an input is still acknowledged only after its state is stored. A
-// session with a store in flight stays in memory (the bucket is behind
-// it), and one the earlier batch's store loses (another instance moved it
-// on, or its state cannot be stored now) is left by the next batch too,
-// whose verdicts are the same ones its owner publishes again. The rare
-// steps that judge the stored state itself, a spill's ownership check and
-// a park record, first wait for the batch in flight. Measured in one run
-// at 100 busy sessions (1 KiB events, batches of 512): 0.70 of a raw
-// consumer's read rate where waiting for both writes in turn gave 0.52.
-//
 // A partition's consumer acknowledges with AckAll: one ack of a stream
 // sequence acknowledges every input of the partition up to it, which spares
 // the broker most of what it spends per message. Since shards finish inputs
@@ -109,8 +92,7 @@
 //     left undecided;
 //   - round.go: one batch of a shard, from the decisions to the acks: each
 //     input routed and decided, the outputs published, the touched
-//     sessions stored (while the shard's next batch is decided), the
-//     inputs finished; and the sessions it leaves;
+//     sessions stored, the inputs finished; and the sessions it leaves;
 //   - prefetch.go, multiget.go, probe.go: the batch's state reads (many
 //     keys a request) and catch-up lookups (a message's position alone
 //     unless a catch-up may apply it), made at once before it begins;

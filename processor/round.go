@@ -14,24 +14,13 @@ import (
 // order, its verdicts published, its touched sessions stored once (a group
 // commit), and only then its inputs finished in their ack windows.
 //
-// Rounds overlap by one: a round's states are sent to the bucket and the
-// shard goes on to decide its next batch and publish its verdicts while
-// they are written; only then does it wait for them, settle those not
-// plainly stored, and finish the round's inputs, before it sends the next
-// round's states. So at most one round of a shard has states in flight (its
-// pending round), each session's states are stored in order, each revision
-// read from the one before, and an input is still acknowledged only once
-// its session's state is stored. What the next round decides while its
-// predecessor's states are in flight it decides on the sessions in memory,
-// which are ahead of the bucket (a session with a store in flight stays in
-// memory: see session.dirty); its verdicts are published before the
-// predecessor's states are known stored, as a round's own are before its
-// states: a decision depends only on the inputs, so a session the pending
-// round then loses (another instance moved it on, or its state cannot be
-// stored now) is left by the next round as well, whose verdicts are the
-// ones its owner publishes again, under the same ids. Whatever reads or
-// judges the stored state itself (a spill's ownership check, a park
-// record) first settles the pending round.
+// A round's states are sent to the bucket through the processor's writer
+// (startStores) and then settled (settle): waited for, those not plainly
+// stored stored on their own, and the round's inputs finished. The
+// machinery allows the shard to decide its next batch while they are
+// stored (overlapRounds), which is off: each round is settled before the
+// next begins. Whatever reads or judges the stored state itself (a spill's
+// ownership check, a park record) first settles a pending round.
 
 // ack is what to do with one input once its effects are durable.
 type ack struct {
@@ -110,8 +99,20 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 	}
 	r.stores = s.startStores(ctx, r.touched, r.fenced, r.park, r.n)
 	s.pending = r
+	if !overlapRounds {
+		return s.settle()
+	}
 	return nil
 }
+
+// overlapRounds lets a round's states be stored while the shard decides
+// its next batch. Off: a round is settled before the shard takes its next
+// batch, each session's state is stored before any later input of it is
+// decided, and no session is dirty beyond its own round. On, a session
+// dirty from the pending round is used as it is by the next round even
+// after a break in delivery or under a later lease (load), which the
+// sequential rounds never do; it stays off until that is shown safe.
+var overlapRounds = false
 
 // settle waits for the pending round's states, stores those not plainly
 // stored, and finishes its inputs; a session it leaves, the round being
