@@ -100,10 +100,8 @@ type Config struct {
 	// 0 means 1024. Under load a batch fills up, and a session touched by
 	// it is stored once for all its messages in it, its verdicts and
 	// states written with other shards' in one atomic batch each: the
-	// larger the batch, the fewer durable writes an event costs (at 100
-	// busy sessions, 1024 decided about a fifth more events a second than
-	// 512 on a server that syncs every write). Each fetch asks for twice
-	// as many.
+	// larger the batch, the fewer durable writes an event costs. Each
+	// fetch asks for twice as many.
 	MaxBatch int
 	// AckWait is the consumer's ack deadline; 0 means 60s.
 	AckWait time.Duration
