@@ -37,8 +37,10 @@ import (
 // writer only in an atomic batch, never one by one.
 
 // maxGroupWait bounds how long a shard waits for the writer to answer: the
-// writer's own writes are bounded by pubAckWait each.
-const maxGroupWait = 3 * pubAckWait
+// writer's own writes are bounded by pubAckWait each. A shard that stops
+// waiting settles the writes itself while the writer may still be writing
+// them: a message handed to the writer is read, never changed, by both.
+var maxGroupWait = 3 * pubAckWait
 
 // groupQueue is how many shards' writes may wait for a writer at once.
 const groupQueue = 64

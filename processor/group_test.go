@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/events"
 	"github.com/stretchr/testify/require"
 )
 
@@ -157,4 +159,67 @@ func TestVerdictGroupOrdered(t *testing.T) {
 	info, err := s.Info(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2+minAtomicBatch), info.State.Msgs, "o1 and o2 were not written")
+}
+
+// TestVerdictGroupLateWriter: a shard that stops waiting for the writer
+// publishes its verdicts itself while the writer, late, writes the same
+// messages; neither changes them (the race detector watches), and the
+// stream holds each verdict once.
+func TestVerdictGroupLateWriter(t *testing.T) {
+	e := newBatchEnv(t, 0)
+	defer func(d time.Duration) { maxGroupWait = d }(maxGroupWait)
+	maxGroupWait = 50 * time.Millisecond
+	stream := e.bt.p.cfg.Names().Verdicts
+	_, err := e.JS.CreateStream(e.ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"late.>"}, Duplicates: time.Minute, AllowAtomicPublish: true})
+	require.NoError(t, err)
+	msg := func(id string) *nats.Msg {
+		m := nats.NewMsg("late." + id)
+		m.Data = []byte(id)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set(jetstream.ExpectedStreamHeader, stream)
+		return m
+	}
+	g := newWriteGroup(e.bt.p, false)
+	s := &shard{p: e.bt.p, verdicts: g}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.run(ctx)
+	}()
+	// The writer is busy: its first write is answered by nobody (a
+	// subscriber that never replies), so it waits pubAckWait.
+	defer func(d time.Duration) { pubAckWait = d }(pubAckWait)
+	pubAckWait = 500 * time.Millisecond
+	sub, err := e.NC.SubscribeSync("busy.late")
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	busy := nats.NewMsg("busy.late")
+	busy.Data = []byte("x")
+	g.send(e.ctx, e.bt.p, false, false, []*nats.Msg{busy})
+
+	pubs := make([]published, 3)
+	for i := range pubs {
+		id := fmt.Sprintf("late%d", i)
+		pubs[i] = published{msg: msg(id), id: id, out: events.Output{Type: events.TypeCompactionAllowed, Session: "s"}}
+	}
+	parked := func(id string, err error) error { return fmt.Errorf("parked %s: %w", id, err) }
+	// The writer takes the shard's writes late: the shard gives up on it
+	// and publishes them itself, and the writer then writes them too.
+	require.NoError(t, s.sendVerdicts(e.ctx, &budget{limit: time.Second}, pubs, nil, parked))
+	for i := range pubs {
+		require.NotNil(t, pubs[i].f, "published by the shard")
+		require.NoError(t, e.bt.p.confirm(e.ctx, &budget{limit: 5 * time.Second}, pubs[i]))
+	}
+	// One more request, answered, shows the late ones were written first.
+	maxGroupWait = 10 * time.Second
+	acks := g.submit(e.ctx, e.bt.p, false, false, []*nats.Msg{msg("after")})
+	require.True(t, acks[0].ok)
+	cancel()
+	<-done
+	st, err := e.JS.Stream(e.ctx, stream)
+	require.NoError(t, err)
+	info, err := st.Info(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(pubs)+1), info.State.Msgs, "each verdict once")
 }

@@ -75,11 +75,14 @@ func (p *Processor) prepare(o events.Output) (published, error) {
 }
 
 // send publishes a prepared output asynchronously; confirm waits for its
-// ack.
+// ack. A prepared message carries its id and expected stream in its
+// headers, and nothing changes it after prepare: a message handed to the
+// writer of verdicts (group.go) and not answered in time may still be read
+// by the writer while the shard publishes it again.
 func (p *Processor) send(ctx context.Context, b *budget, pub *published) error {
 	for attempt := 0; ; attempt++ {
 		var err error
-		pub.f, err = p.js.PublishMsgAsync(pub.msg, jetstream.WithMsgID(pub.id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
+		pub.f, err = p.js.PublishMsgAsync(pub.msg)
 		if err == nil {
 			return nil
 		}
@@ -149,7 +152,7 @@ func (p *Processor) confirm(ctx context.Context, b *budget, pub published) error
 }
 
 // pubAckWait bounds the wait for one publish ack.
-const pubAckWait = 10 * time.Second
+var pubAckWait = 10 * time.Second
 
 // confirmAck is confirm, returning the server's ack.
 func (p *Processor) confirmAck(ctx context.Context, b *budget, pub published) (*jetstream.PubAck, error) {
@@ -182,7 +185,7 @@ func (p *Processor) confirmAck(ctx context.Context, b *budget, pub published) (*
 			p.log.Warn("verdict not confirmed; publishing again", "id", pub.id, "err", err)
 		}
 		for again := attempt; ; again++ {
-			pub.f, err = p.js.PublishMsgAsync(pub.msg, jetstream.WithMsgID(pub.id), jetstream.WithExpectStream(p.cfg.Names().Verdicts))
+			pub.f, err = p.js.PublishMsgAsync(pub.msg)
 			if err == nil {
 				break
 			}
