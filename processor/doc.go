@@ -25,6 +25,18 @@
 // sequence, compare-and-swap on the bucket revision), and only then marks the
 // batch's inputs finished.
 //
+// The states' writes of one batch overlap the next batch: while they are
+// stored, the shard decides its next batch from the sessions in memory and
+// publishes its verdicts, and then settles the pending batch (each state
+// stored, or sorted out on its own, and the inputs finished) before it
+// sends the next batch's states. So an input is acknowledged only once its
+// own batch's state is stored, and a session's states are stored in order.
+// A session the settle loses to another writer is left by the next batch
+// too (its inputs wait for the session's owner, as any fenced batch's do).
+// Whatever may have let another writer in, a new lease of the partition or
+// a break in delivery, settles the pending batch before the session is
+// used, and the session is read again from the bucket.
+//
 // The batch's verdicts go to the verdict stream, and then its states to
 // the session bucket, each through the processor's writer of that kind
 // (group.go): while a writer writes one group, the writes of every shard

@@ -103,3 +103,52 @@ func TestPendingRoundLeavesInNextRound(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, win.q[i].done, "the stored session's input is finished")
 }
+
+// TestPendingRoundSettledBeforeNewLease: a session changed by the pending
+// round is used from memory by the next round while its lease and
+// delivery are unchanged; under a new lease it is settled first and read
+// again from the bucket (not from a prefetch read before the settle), so
+// that what another holder stored meanwhile is what the next round decides
+// from.
+func TestPendingRoundSettledBeforeNewLease(t *testing.T) {
+	s, kv, ctx := pipelineShard(t)
+	b := &budget{limit: time.Second}
+	val, err := MarshalState(4, new(ledger.Ledger))
+	require.NoError(t, err)
+	rev, err := kv.Create(ctx, "s", val)
+	require.NoError(t, err)
+	sess := &session{id: "s", l: new(ledger.Ledger), seq: 4, rev: rev, loaded: 10, epoch: 1}
+	s.put(sess)
+
+	prev := newTestRound(ctx, s, 1)
+	sess.seq = 5
+	prev.touch(sess)
+	prev.stores = s.startStores(ctx, prev.touched, prev.fenced, prev.park, prev.n)
+	s.pending = prev
+	cur := newTestRound(ctx, s, 2)
+	s.cur = cur
+
+	// Same lease, same delivery: from memory, the round still pending.
+	got, err := s.load(ctx, b, "s", 10, 1)
+	require.NoError(t, err)
+	require.Same(t, sess, got)
+	require.NotNil(t, s.pending)
+
+	// The pending round's state landed; then another holder of the
+	// partition moved the session on (the lease changed hands twice).
+	e, err := kv.Get(ctx, "s")
+	require.NoError(t, err)
+	theirs, err := MarshalState(9, new(ledger.Ledger))
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, "s", theirs, e.Revision())
+	require.NoError(t, err)
+	// A prefetch of this batch read the session before that.
+	s.pre.states = map[string]prefetched{"s": {rev: e.Revision(), state: &State{Seq: 5}}}
+
+	got, err = s.load(ctx, b, "s", 10, 2)
+	require.NoError(t, err)
+	require.Nil(t, s.pending, "settled first")
+	require.NotSame(t, sess, got)
+	require.Equal(t, uint64(9), got.seq, "read from the bucket: the other holder's state")
+	require.Zero(t, got.dirty)
+}

@@ -16,11 +16,19 @@ import (
 //
 // A round's states are sent to the bucket through the processor's writer
 // (startStores) and then settled (settle): waited for, those not plainly
-// stored stored on their own, and the round's inputs finished. The
-// machinery allows the shard to decide its next batch while they are
-// stored (overlapRounds), which is off: each round is settled before the
-// next begins. Whatever reads or judges the stored state itself (a spill's
-// ownership check, a park record) first settles a pending round.
+// stored stored on their own, and the round's inputs finished. While they
+// are stored the shard decides its next batch and publishes its verdicts
+// (overlapRounds); the pending round is settled before the next round's
+// states are sent, so a session's states are stored in order, and each
+// input is acknowledged only once its own round's state is stored. What
+// the next round decides from memory is the pending round's state, which
+// is what the bucket will hold unless another writer moved the session on:
+// then the settle leaves the session, and the next round leaves it too
+// (its verdicts stand, as a fenced round's do; its inputs wait for the
+// session's owner). Whatever may have let another writer in (a new lease
+// of the partition, a break in delivery) settles the pending round before
+// the session is used (load), and so does whatever reads or judges the
+// stored state itself (a spill's ownership check, a park record).
 
 // ack is what to do with one input once its effects are durable.
 type ack struct {
@@ -106,13 +114,9 @@ func (s *shard) handle(ctx context.Context, batch []delivery) error {
 }
 
 // overlapRounds lets a round's states be stored while the shard decides
-// its next batch. Off: a round is settled before the shard takes its next
-// batch, each session's state is stored before any later input of it is
-// decided, and no session is dirty beyond its own round. On, a session
-// dirty from the pending round is used as it is by the next round even
-// after a break in delivery or under a later lease (load), which the
-// sequential rounds never do; it stays off until that is shown safe.
-var overlapRounds = false
+// and publishes its next batch (see above). Off, a round is settled before
+// the shard takes its next batch.
+var overlapRounds = true
 
 // settle waits for the pending round's states, stores those not plainly
 // stored, and finishes its inputs; a session it leaves, the round being

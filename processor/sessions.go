@@ -83,7 +83,27 @@ func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
 // the bucket). So is one cached under an earlier lease of its partition
 // (epoch): the partition was held elsewhere in between, and its new holder
 // may have decided and stored since, even with nothing left pending.
+//
+// A session changed by the pending round (dirty from it) is settled first
+// when it is not current: whatever the pending round stored is in the
+// bucket then, and the session is read again from there (not from the
+// batch's prefetch, which may have read it before that store). Deciding
+// from memory after a new lease or a break in delivery would decide from
+// a state another instance may have moved on meanwhile.
 func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch uint64) (*session, error) {
+	settled := false
+	if sess := s.sessions[id]; sess != nil {
+		current := sess.loaded >= horizon && sess.epoch == epoch
+		if !current && sess.dirty != 0 && s.pending != nil && sess.dirty == s.pending.n {
+			if err := s.settle(); err != nil {
+				return nil, err
+			}
+			if s.cur != nil && s.cur.fenced[id] {
+				return nil, fmt.Errorf("%w: %s (left when the round before was stored)", errFenced, id)
+			}
+			settled = true
+		}
+	}
 	if sess := s.sessions[id]; sess != nil {
 		// A session changed in the batch at hand is newer than the bucket
 		// until the batch is stored; if another instance moved it on, the
@@ -93,6 +113,9 @@ func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch u
 		}
 		s.drop(id)
 		s.p.reloaded.Add(1)
+	}
+	if settled {
+		s.pre.state(id) // read before the settle: not used
 	}
 	sess, err := s.read(ctx, b, id)
 	if err == nil {
