@@ -152,3 +152,26 @@ func TestPendingRoundSettledBeforeNewLease(t *testing.T) {
 	require.Equal(t, uint64(9), got.seq, "read from the bucket: the other holder's state")
 	require.Zero(t, got.dirty)
 }
+
+// TestPendingRoundLostBeforeNewLease: a session changed by the pending
+// round whose state another writer stored first is, once the settle
+// under a new lease finds that, left by the round at hand: load says it
+// is fenced rather than reading it again.
+func TestPendingRoundLostBeforeNewLease(t *testing.T) {
+	s, kv, ctx := pipelineShard(t)
+	sess := &session{id: "s", l: new(ledger.Ledger), seq: 5, loaded: 10, epoch: 1}
+	s.put(sess)
+	_, err := kv.Create(ctx, "s", []byte("theirs"))
+	require.NoError(t, err)
+	prev := newTestRound(ctx, s, 1)
+	prev.touch(sess)
+	prev.stores = s.startStores(ctx, prev.touched, prev.fenced, prev.park, prev.n)
+	s.pending = prev
+	cur := newTestRound(ctx, s, 2)
+	s.cur = cur
+
+	_, err = s.load(ctx, &budget{limit: time.Second}, "s", 10, 2)
+	require.ErrorIs(t, err, errFenced)
+	require.True(t, cur.fenced["s"])
+	require.NotContains(t, s.sessions, "s")
+}
