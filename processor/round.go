@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -147,6 +148,19 @@ func (s *shard) settle() error {
 				cur.parked[id] = true
 			}
 		}
+	}
+	return nil
+}
+
+// settleFor settles the pending round before session id is used; the
+// error is errFenced when the settle left the session (the round at hand
+// leaves it too).
+func (s *shard) settleFor(id string) error {
+	if err := s.settle(); err != nil {
+		return err
+	}
+	if s.cur != nil && s.cur.fenced[id] {
+		return fmt.Errorf("%w: %s (left when the round before was stored)", errFenced, id)
 	}
 	return nil
 }

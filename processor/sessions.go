@@ -91,31 +91,25 @@ func (sess *session) closed() bool { return sess.l != nil && sess.l.Closed() }
 // from memory after a new lease or a break in delivery would decide from
 // a state another instance may have moved on meanwhile.
 func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch uint64) (*session, error) {
-	settled := false
 	if sess := s.sessions[id]; sess != nil {
 		current := sess.loaded >= horizon && sess.epoch == epoch
-		if !current && sess.dirty != 0 && s.pending != nil && sess.dirty == s.pending.n {
-			if err := s.settle(); err != nil {
-				return nil, err
-			}
-			if s.cur != nil && s.cur.fenced[id] {
-				return nil, fmt.Errorf("%w: %s (left when the round before was stored)", errFenced, id)
-			}
-			settled = true
-		}
-	}
-	if sess := s.sessions[id]; sess != nil {
+		pending := s.pending != nil && sess.dirty == s.pending.n
 		// A session changed in the batch at hand is newer than the bucket
 		// until the batch is stored; if another instance moved it on, the
 		// compare-and-swap at the end of the batch says so.
-		if sess.dirty != 0 || sess.loaded >= horizon && sess.epoch == epoch {
+		if current || sess.dirty != 0 && !pending {
 			return sess, nil
 		}
-		s.drop(id)
-		s.p.reloaded.Add(1)
-	}
-	if settled {
-		s.pre.state(id) // read before the settle: not used
+		if pending {
+			if err := s.settleFor(id); err != nil {
+				return nil, err
+			}
+			s.pre.state(id) // read before the settle: not used
+		}
+		if s.sessions[id] != nil {
+			s.drop(id)
+			s.p.reloaded.Add(1)
+		}
 	}
 	sess, err := s.read(ctx, b, id)
 	if err == nil {

@@ -100,11 +100,8 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 	p := s.p
 	// A spill's failure is judged against the stored state (owned), and
 	// a spill is rare and slow: the pending round's states first.
-	if err := s.settle(); err != nil {
+	if err := s.settleFor(sess.id); err != nil {
 		return ledger.SpillResult{}, err
-	}
-	if s.cur != nil && s.cur.fenced[sess.id] {
-		return ledger.SpillResult{}, fmt.Errorf("%w: %s (left when the round before was stored)", errFenced, sess.id)
 	}
 	stop := keepAlive(ctx, m, p.cfg.AckWait/3)
 	defer stop()
