@@ -12,6 +12,7 @@ import (
 
 	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsfail"
 )
 
 // Errors of the client. Methods wrap them with what went wrong, so test
@@ -181,12 +182,6 @@ func (e *NotPublishedError) Is(target error) bool { return target == ErrNotPubli
 // Unwrap returns why the event was not stored.
 func (e *NotPublishedError) Unwrap() error { return e.Err }
 
-// transient reports whether another attempt of a publish may succeed.
-func transient(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, nats.ErrDisconnected)
-}
+// transient reports whether another attempt of a publish may succeed: it
+// got no answer on a connection that may come back (jsfail.NoAnswer).
+func transient(err error) bool { return jsfail.NoAnswer(err) }

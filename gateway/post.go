@@ -93,86 +93,24 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(HeaderMode, mode)
-
-	// Everything is decoded and allowed before anything is published: a
-	// batch is stored whole or not at all as far as validation goes.
-	firstOf := map[string]int{}
-	for i, it := range items {
-		ev, rej := s.decode(i, it)
-		if rej != nil {
-			writeJSON(w, http.StatusBadRequest, events.ContentTypeCloudEventsJSON, rej)
-			return
-		}
-		items[i].ev = ev
-		control := ev.Type == events.TypeSessionResumed
-		switch {
-		case control && p.Role != RoleOperator:
-			WriteError(w, 0, fmt.Errorf("%w: event %d (%s %q) is a control event: only an operator token may send session.resumed; token %s has role %s", ErrForbidden, i, ev.Type, ev.ID, p.Name, p.Role))
-			return
-		case control && s.opJS == nil:
-			WriteError(w, 0, fmt.Errorf("%w: event %d is a control event, and this gateway has no operator NATS identity to publish it with (serve --http-operator-*)", ErrForbidden, i))
-			return
-		case !p.MaySession(ev.Subject):
-			WriteError(w, 0, fmt.Errorf("%w: event %d is of session %q, which token %s (role %s) may not reach; its sessions are %s", ErrForbidden, i, ev.Subject, p.Name, p.Role, strings.Join(p.Sessions, " ")))
-			return
-		}
-		// The subject comes from the validated event, never from the
-		// request: its session's events subject, or for a resume its
-		// control subject (operator only, checked above).
-		subject := s.cfg.Subjects.Events(ev.Subject)
-		if control {
-			subject = s.cfg.Subjects.Control(ev.Subject)
-		}
-		m := nats.NewMsg(subject)
-		m.Header = it.header
-		m.Data = it.body
-		items[i].msg = m
-		key := events.MsgID(ev.Source, ev.ID)
-		if j, dup := firstOf[key]; dup {
-			if diff := events.Diff(items[j].ev, ev); diff != "" {
-				e := events.Errorf(events.CodeMalformed, "id",
-					"events %d and %d of the batch have the same source %q and id %q but differ in %s; an event is (source, id): give each event its own id", j, i, ev.Source, ev.ID, diff)
-				rej := rejection(i, e, ev.Subject, ev.ID, events.Meta{Subject: subject})
-				writeJSON(w, http.StatusBadRequest, events.ContentTypeCloudEventsJSON, &rej)
-				return
-			}
-		} else {
-			firstOf[key] = i
-		}
+	if fail := s.admit(items, p); fail != nil {
+		fail(w)
+		return
 	}
 	if wait > 0 && (len(items) != 1 || items[0].ev.Type != events.TypeCompactionRequested) {
 		WriteError(w, http.StatusBadRequest, errors.New("gateway: ?wait= is for a request of exactly one io.seamguard.compaction.requested event; send other events without it"))
 		return
 	}
-
 	var verdicts chan *nats.Msg
 	if wait > 0 {
-		select {
-		case s.waiting <- struct{}{}:
-			defer func() { <-s.waiting }()
-		default:
-			w.Header().Set("Retry-After", "1")
-			WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("gateway: %d requests are waiting for verdicts already, the most this gateway lets wait; send the request again without ?wait= (and read its verdict on NATS), or later", cap(s.waiting)))
+		ch, done, fail := s.watchVerdicts(r.Context(), items[0].ev.Subject)
+		if fail != nil {
+			fail(w)
 			return
 		}
-		// Subscribed before the publish, so that no verdict is missed.
-		verdicts = make(chan *nats.Msg, 64)
-		sub, err := s.cfg.Agent.ChanSubscribe(s.cfg.Subjects.Verdict(items[0].ev.Subject, "*"), verdicts)
-		if err == nil {
-			fctx, cancel := context.WithTimeout(r.Context(), s.cfg.AckTimeout)
-			err = s.cfg.Agent.FlushWithContext(fctx)
-			cancel()
-		}
-		if err != nil {
-			if sub != nil {
-				_ = sub.Unsubscribe()
-			}
-			WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("gateway: cannot subscribe to the session's verdicts: %w", err))
-			return
-		}
-		defer func() { _ = sub.Unsubscribe() }()
+		defer done()
+		verdicts = ch
 	}
-
 	acc := Accepted{Status: http.StatusAccepted, Mode: mode, Events: make([]Stored, 0, len(items))}
 	dups := 0
 	for i, it := range items {
@@ -193,21 +131,115 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderDuplicates, strconv.Itoa(dups))
 	if wait > 0 {
 		if v := s.awaitVerdict(r.Context(), items[0].ev, acc.Events[0].Duplicate, verdicts, wait); v != nil {
-			for _, h := range []string{attest.HeaderSigner, attest.HeaderSignature} {
-				if val := v.Header.Get(h); val != "" {
-					w.Header().Set(h, val)
-				}
-			}
-			w.Header().Set(HeaderWait, "verdict")
-			w.Header().Set("Content-Type", events.ContentTypeCloudEventsJSON)
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(v.Data)
+			writeVerdict(w, v)
 			return
 		}
 		w.Header().Set(HeaderWait, "timeout")
 		acc.Wait = "timeout"
 	}
 	writeJSON(w, http.StatusAccepted, "application/json", acc)
+}
+
+// failure writes the response of a request that ends early.
+type failure func(w http.ResponseWriter)
+
+func failWith(status int, err error) failure {
+	return func(w http.ResponseWriter) { WriteError(w, status, err) }
+}
+
+func rejectWith(rej *Rejection) failure {
+	return func(w http.ResponseWriter) {
+		writeJSON(w, http.StatusBadRequest, events.ContentTypeCloudEventsJSON, rej)
+	}
+}
+
+// admit decodes every item and checks that p may send it, and sets each
+// item's event and message; nothing is published before all are admitted:
+// a batch is stored whole or not at all as far as validation goes.
+func (s *Server) admit(items []item, p Principal) failure {
+	firstOf := map[string]int{}
+	for i, it := range items {
+		ev, rej := s.decode(i, it)
+		if rej != nil {
+			return rejectWith(rej)
+		}
+		items[i].ev = ev
+		control := ev.Type == events.TypeSessionResumed
+		switch {
+		case control && p.Role != RoleOperator:
+			return failWith(0, fmt.Errorf("%w: event %d (%s %q) is a control event: only an operator token may send session.resumed; token %s has role %s", ErrForbidden, i, ev.Type, ev.ID, p.Name, p.Role))
+		case control && s.opJS == nil:
+			return failWith(0, fmt.Errorf("%w: event %d is a control event, and this gateway has no operator NATS identity to publish it with (serve --http-operator-*)", ErrForbidden, i))
+		case !p.MaySession(ev.Subject):
+			return failWith(0, fmt.Errorf("%w: event %d is of session %q, which token %s (role %s) may not reach; its sessions are %s", ErrForbidden, i, ev.Subject, p.Name, p.Role, strings.Join(p.Sessions, " ")))
+		}
+		// The subject comes from the validated event, never from the
+		// request: its session's events subject, or for a resume its
+		// control subject (operator only, checked above).
+		subject := s.cfg.Subjects.Events(ev.Subject)
+		if control {
+			subject = s.cfg.Subjects.Control(ev.Subject)
+		}
+		m := nats.NewMsg(subject)
+		m.Header = it.header
+		m.Data = it.body
+		items[i].msg = m
+		key := events.MsgID(ev.Source, ev.ID)
+		j, dup := firstOf[key]
+		if !dup {
+			firstOf[key] = i
+			continue
+		}
+		if diff := events.Diff(items[j].ev, ev); diff != "" {
+			e := events.Errorf(events.CodeMalformed, "id",
+				"events %d and %d of the batch have the same source %q and id %q but differ in %s; an event is (source, id): give each event its own id", j, i, ev.Source, ev.ID, diff)
+			rej := rejection(i, e, ev.Subject, ev.ID, events.Meta{Subject: subject})
+			return rejectWith(&rej)
+		}
+	}
+	return nil
+}
+
+// watchVerdicts takes one of the gateway's waiting slots and subscribes to
+// session's verdicts, before the request is published, so that no verdict
+// is missed; done gives both back.
+func (s *Server) watchVerdicts(ctx context.Context, session string) (verdicts chan *nats.Msg, done func(), fail failure) {
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+		return nil, nil, func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "1")
+			WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("gateway: %d requests are waiting for verdicts already, the most this gateway lets wait; send the request again without ?wait= (and read its verdict on NATS), or later", cap(s.waiting)))
+		}
+	}
+	verdicts = make(chan *nats.Msg, 64)
+	sub, err := s.cfg.Agent.ChanSubscribe(s.cfg.Subjects.Verdict(session, "*"), verdicts)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
+		err = s.cfg.Agent.FlushWithContext(fctx)
+		cancel()
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		<-s.waiting
+		return nil, nil, failWith(http.StatusServiceUnavailable, fmt.Errorf("gateway: cannot subscribe to the session's verdicts: %w", err))
+	}
+	return verdicts, func() { _ = sub.Unsubscribe(); <-s.waiting }, nil
+}
+
+// writeVerdict answers with the verdict v, its signature headers kept.
+func writeVerdict(w http.ResponseWriter, v *nats.Msg) {
+	for _, h := range []string{attest.HeaderSigner, attest.HeaderSignature} {
+		if val := v.Header.Get(h); val != "" {
+			w.Header().Set(h, val)
+		}
+	}
+	w.Header().Set(HeaderWait, "verdict")
+	w.Header().Set("Content-Type", events.ContentTypeCloudEventsJSON)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(v.Data)
 }
 
 // parseWait reads ?wait=: a Go duration (e.g. 10s, 1m) or whole seconds,

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/internal/jsfail"
 )
 
 // This file holds atomic batches: the writes of one shard batch to one
@@ -42,10 +44,6 @@ const maxAtomicBatch = 1000
 // writes are cheaper sent one by one, pipelined; from about ten on, the
 // batch is. Fewer writes than this go one at a time.
 const minAtomicBatch = 16
-
-// errAtomicDisabled is the server's answer to a batch on a stream that does
-// not allow atomic batches (JetStream error 10174).
-var errAtomicDisabled = errors.New("processor: the stream does not allow atomic batch publishes")
 
 // batchError is a batch the server refused: its error code and text.
 type batchError struct {
@@ -163,7 +161,7 @@ func parseBatchAck(data []byte, n int) (uint64, error) {
 		return 0, fmt.Errorf("processor: atomic batch: unreadable publish ack %q: %w", data, err)
 	}
 	if ack.Error != nil {
-		if ack.Error.Code == 10174 {
+		if jetstream.ErrorCode(ack.Error.Code) == jsfail.CodeAtomicPublishDisabled {
 			return 0, fmt.Errorf("%w: %s", errAtomicDisabled, ack.Error.Description)
 		}
 		return 0, &batchError{code: ack.Error.Code, desc: ack.Error.Description}

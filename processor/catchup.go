@@ -61,7 +61,7 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 			return err
 		}
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
-		p.caughtUp.Add(1)
+		p.count.appliedAhead.Add(1)
 		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
 			return s.spill(ctx, b, m, sess, req)
 		})
@@ -154,7 +154,7 @@ func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstr
 // ends (then its error); nil when there is none.
 func (p *Processor) nextMsg(ctx context.Context, b *budget, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
-		p.readInBatch.Add(1)
+		p.count.readInBatch.Add(1)
 		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		switch {
 		case err == nil:

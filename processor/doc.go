@@ -164,7 +164,7 @@
 // re-established, a leader moving) or permanent (retrying cannot fix it: a
 // message over the server's max payload, a permission denied, storage or an
 // account's resources exhausted, a value over the bucket's or stream's
-// limit; see permanentFailure). The loops, and what ends each:
+// limit; see spill.Permanent). The loops, and what ends each:
 //
 //   - a shard's effects: reading a session's state, reading its messages for
 //     a catch-up, publishing a verdict and waiting for its ack, storing the

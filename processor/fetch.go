@@ -63,9 +63,6 @@ type fetcher struct {
 	lastPrune    time.Time
 }
 
-// errStopped means the fetcher stopped before it took the consumer over.
-var errStopped = errors.New("processor: stopped")
-
 // run fetches until the fetcher is stopped or the consumer is gone.
 //
 // It fetches in batches rather than keep a pull request open: a fetch ends

@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -121,10 +120,6 @@ type notReady struct {
 func (e notReady) Error() string   { return e.msg }
 func (e notReady) Unwrap() []error { return e.errs }
 
-// ErrNotReady wraps what Ready reports while the processor consumes but
-// cannot do all of its work.
-var ErrNotReady = errors.New("processor: not ready")
-
 // StuckSessions returns how many sessions are stuck now: their inputs wait,
 // unacknowledged, because their effects could not be made durable. Safe for
 // concurrent use.
@@ -141,21 +136,15 @@ type budget struct {
 	notice func(error) // told of every failure; may be nil
 }
 
-// errGaveUp wraps a transient failure that outlasted the retry budget.
-var errGaveUp = errors.New("processor: retried too long")
-
-// errPermanent wraps a failure that retrying cannot fix.
-var errPermanent = errors.New("processor: failure retrying cannot fix")
-
 // retry decides about attempt n's failure err: a permanent failure (see
-// permanentFailure) or a spent budget is returned wrapped, so that the
+// spill.Permanent) or a spent budget is returned wrapped, so that the
 // caller gives up at once; otherwise it sleeps the backoff (never past the
 // budget) and returns nil, or ctx's error.
 func (b *budget) retry(ctx context.Context, n int, err error) error {
 	if b != nil && b.notice != nil {
 		b.notice(err)
 	}
-	if permanentFailure(err) {
+	if spill.Permanent(err) {
 		return fmt.Errorf("%w: %w", errPermanent, err)
 	}
 	d := backoff(n)
@@ -179,9 +168,3 @@ func (b *budget) retry(ctx context.Context, n int, err error) error {
 		return ctx.Err()
 	}
 }
-
-// permanentFailure reports whether err is one that retrying cannot fix: a
-// message over the server's max payload, a permission denied, storage or
-// a resource limit exhausted, a value over the bucket's or stream's limit
-// (spill.Permanent, the one place that tells them apart).
-func permanentFailure(err error) bool { return spill.Permanent(err) }

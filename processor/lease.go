@@ -387,7 +387,7 @@ func (l *leases) changed() <-chan struct{} {
 // The bucket's stream lists the member subjects; a key deleted by a drained
 // instance stays there as a marker until it ages out, so each is read.
 func (l *leases) members(ctx context.Context) (int, error) {
-	prefix := "$KV." + l.bucket + ".m."
+	prefix := KVPrefix(l.bucket) + "m."
 	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
 	if err != nil {
 		return 0, fmt.Errorf("processor: list the instances in %s: %w", l.bucket, err)

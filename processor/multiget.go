@@ -42,7 +42,7 @@ func (p *Processor) readStates(ctx context.Context, ids []string) (map[string]pr
 // readStatesOnce is one request of readStates.
 func (p *Processor) readStatesOnce(ctx context.Context, ids []string, out map[string]prefetched) error {
 	bucket := p.cfg.Names().Sessions
-	prefix := "$KV." + bucket + "."
+	prefix := KVPrefix(bucket)
 	subjects := make([]string, len(ids))
 	for i, id := range ids {
 		subjects[i] = prefix + id
@@ -82,12 +82,12 @@ func (p *Processor) readStatesOnce(ctx context.Context, ids []string, out map[st
 						out[id] = prefetched{}
 					}
 				}
-				p.readAhead.Add(uint64(len(ids)))
+				p.count.readAhead.Add(uint64(len(ids)))
 				return nil
 			case status == "204":
 				// Cut short (the server's bound on bytes a request): the
 				// keys not answered are read on their own.
-				p.readAhead.Add(uint64(len(out)))
+				p.count.readAhead.Add(uint64(len(out)))
 				return nil
 			}
 			return fmt.Errorf("processor: reading %d states: the server answered %s %s", len(ids), status, m.Header.Get("Description"))

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/spill"
 )
 
 // This file holds parking: what becomes of a session stuck for good.
@@ -136,7 +137,7 @@ func (p *Processor) setParked(id string, rec *ParkRecord, local bool, read time.
 // the failure is one retrying cannot fix, and the session has been stuck
 // for ParkAfter.
 func (p *Processor) parkable(id string, err error) bool {
-	if id == "" || !(errors.Is(err, errPermanent) || permanentFailure(err)) {
+	if id == "" || !(errors.Is(err, errPermanent) || spill.Permanent(err)) {
 		return false
 	}
 	since, ok := p.health.since(stuckPrefix + id)
@@ -197,7 +198,7 @@ func (p *Processor) readParked(ctx context.Context, kstream jetstream.Stream) er
 	begun := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, parkedEvery*5)
 	defer cancel()
-	prefix := "$KV." + p.cfg.Names().Sessions + "."
+	prefix := KVPrefix(p.cfg.Names().Sessions)
 	info, err := kstream.Info(ctx, jetstream.WithSubjectFilter(prefix+ParkedKeyPrefix+">"))
 	if err != nil {
 		return err
@@ -242,7 +243,7 @@ func (p *Processor) readParked(ctx context.Context, kstream jetstream.Stream) er
 // watchParked reads the park records now and every parkedEvery until ctx
 // ends.
 func (p *Processor) watchParked(ctx context.Context) {
-	kstream, err := p.js.Stream(ctx, "KV_"+p.cfg.Names().Sessions)
+	kstream, err := p.js.Stream(ctx, p.cfg.Names().SessionsStream())
 	t := time.NewTicker(parkedEvery)
 	defer t.Stop()
 	failing := false
@@ -256,7 +257,7 @@ func (p *Processor) watchParked(ctx context.Context) {
 				p.log.Warn("cannot read the park records; sessions parked by other instances are not known here until it can", "err", err)
 			}
 			failing = true
-			kstream, err = p.js.Stream(ctx, "KV_"+p.cfg.Names().Sessions)
+			kstream, err = p.js.Stream(ctx, p.cfg.Names().SessionsStream())
 		case err == nil && failing:
 			failing = false
 			p.log.Info("reading the park records again")

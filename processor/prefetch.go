@@ -165,6 +165,37 @@ type prefetchTask struct {
 func (s *shard) fill(ctx context.Context, batch []delivery) {
 	pf := &s.pre
 	pf.clear()
+	tasks := s.prefetchTasks(batch)
+	if len(tasks) == 0 {
+		return
+	}
+	if pf.states == nil {
+		pf.states = make(map[string]prefetched, len(tasks))
+		pf.lookups = make(map[string][]span, 2*len(tasks))
+	}
+	var need uint64
+	for _, t := range tasks {
+		need = max(need, t.h, t.at)
+	}
+	s.readControlled(ctx, need)
+	s.prefetchStates(ctx, tasks)
+	f := &filler{s: s, ctx: ctx, pf: pf}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, prefetchConcurrency)
+	for _, t := range tasks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f.read(t)
+		}()
+	}
+	wg.Wait()
+}
+
+// prefetchTasks lists the sessions of batch the shard will have to read:
+// those not in memory, or not current there.
+func (s *shard) prefetchTasks(batch []delivery) []prefetchTask {
 	var tasks []prefetchTask
 	index := map[string]int{}
 	for _, d := range batch {
@@ -186,97 +217,111 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		index[id] = len(tasks)
 		tasks = append(tasks, prefetchTask{id: id, at: d.meta.Sequence.Stream, h: s.horizon(id, d)})
 	}
-	if len(tasks) == 0 {
+	return tasks
+}
+
+// prefetchStates reads the stored states of tasks in one request (multiget.go)
+// into the prefetch; on failure each is read on its own by the lookups.
+func (s *shard) prefetchStates(ctx context.Context, tasks []prefetchTask) {
+	if len(tasks) < 2 || s.p.multiGetOff.Load() {
 		return
 	}
-	if pf.states == nil {
-		pf.states = make(map[string]prefetched, len(tasks))
-		pf.lookups = make(map[string][]span, 2*len(tasks))
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.id
 	}
-	var need uint64
-	for _, t := range tasks {
-		need = max(need, t.h, t.at)
+	got, err := s.p.readStates(ctx, ids)
+	if err == nil {
+		s.pre.states = got
+		return
 	}
-	s.readControlled(ctx, need)
-	if len(tasks) > 1 && !s.p.multiGetOff.Load() {
-		ids := make([]string, len(tasks))
-		for i, t := range tasks {
-			ids[i] = t.id
+	if ctx.Err() == nil && !s.p.multiGetOff.Swap(true) {
+		// Most likely an identity that may not make the request (no
+		// answer comes): every batch would wait for it.
+		s.p.log.Warn("reading a batch's states in one request failed; reading each on its own from now on (the processor's identity needs publish on $JS.API.DIRECT.GET.<bucket stream>)", "sessions", len(ids), "err", err)
+	}
+}
+
+// filler is one batch's prefetch while its reads are in flight: they
+// share the prefetch under mu.
+type filler struct {
+	s   *shard
+	ctx context.Context
+	pf  *prefetch
+	mu  sync.Mutex
+}
+
+// read reads session t's state, unless the batch read already has it, and
+// the lookups its catch-ups will make.
+func (f *filler) read(t prefetchTask) {
+	got, ok := f.state(t.id)
+	if !ok {
+		return // asked again by the batch, with its retries
+	}
+	from := uint64(1)
+	if got.state != nil {
+		from = got.state.Seq + 1
+	}
+	// A catch-up of the batch applies a message found here only up to the
+	// session's horizon, never its one input itself (delivered to be
+	// decided), so that one is read for its position only; with several
+	// inputs, all is read whole.
+	want := func(seq uint64) bool {
+		return t.at == 0 || seq != t.at && seq <= max(t.h, t.at)
+	}
+	for i, filter := range f.s.p.subj.SessionFilters(t.id) {
+		if filter == "" || i == 1 && f.pf.noControl(t.id, max(t.h, t.at)) {
+			continue
 		}
-		if got, err := s.p.readStates(ctx, ids); err == nil {
-			pf.states = got
-		} else if ctx.Err() == nil && !s.p.multiGetOff.Swap(true) {
-			// Most likely an identity that may not make the request (no
-			// answer comes): every batch would wait for it.
-			s.p.log.Warn("reading a batch's states in one request failed; reading each on its own from now on (the processor's identity needs publish on $JS.API.DIRECT.GET.<bucket stream>)", "sessions", len(ids), "err", err)
+		raw, ok := f.lookup(lookupKey{filter: filter, seq: from}, want)
+		// The session's events filter (the first) finds its input of this
+		// batch: the catch-up after it looks past it, when its horizon is
+		// past it.
+		if ok && i == 0 && t.at != 0 && t.h > t.at && raw != nil && raw.Sequence == t.at {
+			f.lookup(lookupKey{filter: filter, seq: t.at + 1}, want)
 		}
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, prefetchConcurrency)
-	// lookup reads the answer of k, whole when want says a catch-up of
-	// the batch may apply the message found.
-	lookup := func(k lookupKey, want func(uint64) bool) (*jetstream.RawStreamMsg, bool) {
-		s.p.readAhead.Add(1)
-		raw, position, err := s.p.findNext(ctx, k.seq, k.filter, want)
+}
+
+// state returns session id's prefetched state, reading it from the bucket
+// when the batch read did not; false when it could not be read.
+func (f *filler) state(id string) (prefetched, bool) {
+	f.mu.Lock()
+	got, ok := f.pf.states[id]
+	f.mu.Unlock()
+	if ok {
+		return got, true
+	}
+	p := f.s.p
+	p.count.readAhead.Add(1)
+	e, err := p.res.Sessions.Get(f.ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return prefetched{}, false
+	default:
+		st, err := UnmarshalState(e.Value())
 		if err != nil {
-			return nil, false // asked again by the batch, with its retries
+			return prefetched{}, false // read says what is wrong with it
 		}
-		mu.Lock()
-		pf.lookups[k.filter] = append(pf.lookups[k.filter], span{from: k.seq, msg: raw, position: position})
-		mu.Unlock()
-		return raw, true
+		got = prefetched{rev: e.Revision(), state: &st}
 	}
-	for _, t := range tasks {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			mu.Lock()
-			got, ok := pf.states[t.id]
-			mu.Unlock()
-			if !ok {
-				s.p.readAhead.Add(1)
-				e, err := s.p.res.Sessions.Get(ctx, t.id)
-				switch {
-				case errors.Is(err, jetstream.ErrKeyNotFound):
-				case err != nil:
-					return
-				default:
-					st, err := UnmarshalState(e.Value())
-					if err != nil {
-						return // read says what is wrong with it
-					}
-					got = prefetched{rev: e.Revision(), state: &st}
-				}
-				mu.Lock()
-				pf.states[t.id] = got
-				mu.Unlock()
-			}
-			from := uint64(1)
-			if got.state != nil {
-				from = got.state.Seq + 1
-			}
-			// A catch-up of the batch applies a message found here only
-			// up to the session's horizon, never its one input itself
-			// (delivered to be decided), so that one is read for its
-			// position only; with several inputs, all is read whole.
-			want := func(seq uint64) bool {
-				return t.at == 0 || seq != t.at && seq <= max(t.h, t.at)
-			}
-			for i, f := range s.p.subj.SessionFilters(t.id) {
-				if f == "" || i == 1 && pf.noControl(t.id, max(t.h, t.at)) {
-					continue
-				}
-				raw, ok := lookup(lookupKey{filter: f, seq: from}, want)
-				// The session's events filter (the first) finds its input
-				// of this batch: the catch-up after it looks past it, when
-				// its horizon is past it.
-				if ok && i == 0 && t.at != 0 && t.h > t.at && raw != nil && raw.Sequence == t.at {
-					lookup(lookupKey{filter: f, seq: t.at + 1}, want)
-				}
-			}
-		}()
+	f.mu.Lock()
+	f.pf.states[id] = got
+	f.mu.Unlock()
+	return got, true
+}
+
+// lookup reads the answer of k, whole when want says a catch-up of the
+// batch may apply the message found, and keeps it in the prefetch.
+func (f *filler) lookup(k lookupKey, want func(uint64) bool) (*jetstream.RawStreamMsg, bool) {
+	f.s.p.count.readAhead.Add(1)
+	raw, position, err := f.s.p.findNext(f.ctx, k.seq, k.filter, want)
+	if err != nil {
+		return nil, false // asked again by the batch, with its retries
 	}
-	wg.Wait()
+	f.mu.Lock()
+	f.pf.lookups[k.filter] = append(f.pf.lookups[k.filter], span{from: k.seq, msg: raw, position: position})
+	f.mu.Unlock()
+	return raw, true
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -28,10 +27,6 @@ import (
 
 // lookupWait bounds one lookup when its context has no deadline.
 const lookupWait = 5 * time.Second
-
-// errPositionAnswer means an answer not in the expected form: it is read
-// the general way.
-var errPositionAnswer = errors.New("processor: a lookup's answer is not in the usual form")
 
 // findNext returns the first message of the events stream at or after seq
 // whose subject matches filter (nil when there is none), whole when want

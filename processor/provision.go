@@ -11,12 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/spill"
 )
-
-// ErrIncompatible is returned (wrapped) when an existing stream, bucket or
-// object store cannot serve seamguard as configured. Provision never
-// reconfigures such a resource: an operator must decide.
-var ErrIncompatible = errors.New("processor: incompatible existing resource")
 
 // Resources are the JetStream handles a processor works with.
 type Resources struct {
@@ -132,7 +128,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	}
 	// An identity that may not update the bucket's stream still serves,
 	// writing each state on its own.
-	res.StatesNotAtomic = allowAtomic(ctx, js, "KV_"+n.Sessions)
+	res.StatesNotAtomic = allowAtomic(ctx, js, n.SessionsStream())
 	res.Spills, err = ensureSpills(ctx, js, n.Spills, storage, c)
 	if err != nil {
 		return nil, err
@@ -196,7 +192,7 @@ func ensureSpills(ctx context.Context, js jetstream.JetStream, bucket string, st
 	case err != nil:
 		return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
 	}
-	name := "OBJ_" + bucket
+	name := spill.StreamName(bucket)
 	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)

@@ -384,7 +384,7 @@ func jetstreamFailure(what string, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return refuse(503, "seamguard's recover service is stopping on this instance (%s); ask again", what)
 	}
-	if unreachable(err) {
+	if Unreachable(err) {
 		return refuse(503, "JetStream did not answer (%s): %v; ask again", what, err)
 	}
 	return refuse(500, "%s: %v", what, err)

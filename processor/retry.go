@@ -2,12 +2,11 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/internal/jsfail"
 )
 
 // This file holds what makes retries end: which errors are worth waiting
@@ -37,27 +36,8 @@ func starting(ctx context.Context, log *slog.Logger, timeout time.Duration, what
 }
 
 // waitable reports whether a failure (to set up, or of a spill) may pass
-// by itself: NATS not answering, or a JetStream cluster saying that it
-// cannot place or reach a stream now (no quorum, peers offline, a leader
-// not yet elected).
-func waitable(err error) bool {
-	if Unreachable(err) {
-		return true
-	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode {
-		case 10004, // incomplete results
-			10005,                      // no suitable peers for placement
-			10008,                      // JetStream system temporarily unavailable
-			10009,                      // cluster cannot handle the request (not leader)
-			10118, 10119, 10194, 10195, // stream or consumer offline
-			10167: // too many requests
-			return true
-		}
-	}
-	return false
-}
+// by itself (jsfail.Waitable).
+func waitable(err error) bool { return jsfail.Waitable(err) }
 
 // Unreachable reports whether err says that NATS or JetStream did not
 // answer at all (a timeout, no responders, a connection being
@@ -65,20 +45,7 @@ func waitable(err error) bool {
 // trying again later may succeed. The object store did not fail then; it
 // was not reached, and halting a session for it would turn a restart into
 // an operator's chore.
-func Unreachable(err error) bool { return unreachable(err) }
-
-func unreachable(err error) bool {
-	for _, target := range []error{
-		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
-		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected,
-		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled, jetstream.ErrServerShutdown,
-	} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
-}
+func Unreachable(err error) bool { return jsfail.Unreachable(err) }
 
 // keepAlive tells the server every interval that m is still being worked on.
 func keepAlive(ctx context.Context, m jetstream.Msg, every time.Duration) func() {

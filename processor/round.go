@@ -183,7 +183,7 @@ func (r *round) fence(id string, err error) {
 		return
 	}
 	r.p.log.Warn("session moved on under another instance; leaving it", "session", id, "err", err)
-	r.p.fenced.Add(1)
+	r.p.count.fenced.Add(1)
 	r.leave(id)
 }
 
@@ -265,7 +265,7 @@ func (r *round) marker(d delivery) error {
 		for _, seq := range d.mark {
 			r.acks = append(r.acks, ack{win: d.win, seq: seq})
 		}
-		r.p.parkedInputs.Add(uint64(len(d.mark)))
+		r.p.count.parkedInputs.Add(uint64(len(d.mark)))
 		return nil
 	}
 	sess, err := r.s.load(r.ctx, r.b, sid, d.horizon, d.epoch)
@@ -344,7 +344,7 @@ func (r *round) input(d delivery) error {
 		}
 	}
 	r.received(first, d)
-	p.handled.Add(1)
+	p.count.handled.Add(1)
 	r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq, term: term, session: sid})
 	return nil
 }
@@ -357,7 +357,7 @@ func (r *round) ready(d delivery, sid string, seq uint64) (sess *session, done b
 	if r.fenced[sid] {
 		if r.parked[sid] {
 			r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq})
-			p.parkedInputs.Add(1)
+			p.count.parkedInputs.Add(1)
 		}
 		return nil, true, nil
 	}
@@ -370,7 +370,7 @@ func (r *round) ready(d delivery, sid string, seq uint64) (sess *session, done b
 			// Acknowledged into the park record: it waits in the events
 			// stream.
 			r.acks = append(r.acks, ack{msg: m, win: d.win, seq: seq})
-			p.parkedInputs.Add(1)
+			p.count.parkedInputs.Add(1)
 			return nil, true, nil
 		}
 		// An operator's input: out of the park, read afresh and caught up
@@ -462,7 +462,7 @@ func (r *round) finish(batch []delivery) {
 			if !r.parked[a.session] {
 				continue
 			}
-			p.parkedInputs.Add(1)
+			p.count.parkedInputs.Add(1)
 		}
 		if unstuck && a.session != "" && p.health.clear(stuckPrefix+a.session) {
 			p.obs.Stuck(a.session, false)

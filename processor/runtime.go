@@ -50,17 +50,29 @@ type Processor struct {
 	batches  batcher       // atomic batches of verdicts and states (batch.go)
 	checkNow chan struct{} // asks watchStores for a check now; see noticeFailure
 
-	running                                      atomic.Bool
-	handled, fenced, reloaded, caughtUp, dropped atomic.Uint64
-	expired, readAhead, readInBatch              atomic.Uint64
-	parkedInputs                                 atomic.Uint64
+	running atomic.Bool
+	count   counters
 	// multiGetOff: a batch read of states failed; states are read one
 	// request each (prefetch.go).
 	multiGetOff atomic.Bool
-	cached      atomic.Int64 // sessions the shards hold
 	// control is the latest answer of which sessions have messages on
 	// their control subject (prefetch.go).
 	control controlCache
+}
+
+// counters are what Stats reports, counted as it happens; each is safe
+// for concurrent use.
+type counters struct {
+	handled      atomic.Uint64 // inputs decided (Stats.Handled)
+	fenced       atomic.Uint64 // states another writer had changed (Stats.Fenced)
+	reloaded     atomic.Uint64 // held sessions read again after a break in delivery (Stats.Reloaded)
+	appliedAhead atomic.Uint64 // messages applied from the stream ahead of their redelivery (Stats.CaughtUp)
+	dropped      atomic.Uint64 // idle sessions dropped from memory (Stats.Dropped)
+	expired      atomic.Uint64 // deliveries left undecided as their lease ended (Stats.Expired)
+	readAhead    atomic.Uint64 // reads made by a batch's prefetch (Stats.ReadAhead)
+	readInBatch  atomic.Uint64 // reads a batch made one at a time (Stats.ReadInBatch)
+	parkedInputs atomic.Uint64 // inputs acknowledged into park records (Stats.ParkedInputs)
+	cached       atomic.Int64  // sessions the shards hold now (Stats.Sessions)
 }
 
 // Option adjusts a Processor for tests.
@@ -251,7 +263,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	var kstream jetstream.Stream
 	err := starting(ctx, p.log, p.cfg.StartTimeout, "reading the leases bucket", func(ctx context.Context) (err error) {
-		kstream, err = p.js.Stream(ctx, "KV_"+p.cfg.Names().Leases)
+		kstream, err = p.js.Stream(ctx, p.cfg.Names().LeasesStream())
 		return err
 	})
 	if err != nil {
@@ -434,10 +446,10 @@ type Stats struct {
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
-	return Stats{Handled: p.handled.Load(), Fenced: p.fenced.Load(), Reloaded: p.reloaded.Load(), CaughtUp: p.caughtUp.Load(),
-		Dropped: p.dropped.Load(), Expired: p.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.cached.Load()),
-		ReadAhead: p.readAhead.Load(), ReadInBatch: p.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
-		Parked: int(p.parked.n.Load()), ParkedInputs: p.parkedInputs.Load(),
+	return Stats{Handled: p.count.handled.Load(), Fenced: p.count.fenced.Load(), Reloaded: p.count.reloaded.Load(), CaughtUp: p.count.appliedAhead.Load(),
+		Dropped: p.count.dropped.Load(), Expired: p.count.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.count.cached.Load()),
+		ReadAhead: p.count.readAhead.Load(), ReadInBatch: p.count.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
+		Parked: int(p.parked.n.Load()), ParkedInputs: p.count.parkedInputs.Load(),
 		AtomicBatches: p.batches.committed.Load(), BatchedWrites: p.batches.messages.Load(), BatchFallbacks: p.batches.fellBack.Load()}
 }
 

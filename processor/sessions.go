@@ -108,7 +108,7 @@ func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch u
 		}
 		if s.sessions[id] != nil {
 			s.drop(id)
-			s.p.reloaded.Add(1)
+			s.p.count.reloaded.Add(1)
 		}
 	}
 	sess, err := s.read(ctx, b, id)
@@ -127,7 +127,7 @@ func (s *shard) current(d delivery, id string) bool {
 	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
 		return true
 	}
-	s.p.expired.Add(1)
+	s.p.count.expired.Add(1)
 	s.p.log.Info("the partition's lease ended before this input was decided; leaving it to the partition's next holder",
 		"session", id, "partition", d.part, "seq", d.seq())
 	return false
@@ -146,7 +146,7 @@ func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error
 	}
 	kv := s.p.res.Sessions
 	for attempt := 0; ; attempt++ {
-		s.p.readInBatch.Add(1)
+		s.p.count.readInBatch.Add(1)
 		e, err := kv.Get(ctx, id)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -172,9 +172,6 @@ func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error
 		s.p.log.Warn("reading session state failed; retrying", "session", id, "err", err)
 	}
 }
-
-// errFenced means another writer changed a session's stored state.
-var errFenced = errors.New("processor: session state changed by another writer")
 
 // sentStore is a session's state on its way to the bucket.
 type sentStore struct {
@@ -212,7 +209,7 @@ func (s *shard) startStores(ctx context.Context, touched []*session, fenced map[
 			_ = park(sess.id, fmt.Errorf("processor: session %s: %w: %w", sess.id, errPermanent, err))
 			continue
 		}
-		msg := nats.NewMsg("$KV." + p.cfg.Names().Sessions + "." + sess.id)
+		msg := nats.NewMsg(p.cfg.Names().SessionSubject(sess.id))
 		msg.Data = val
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(sess.rev, 10))
 		sb.out = append(sb.out, sentStore{sess: sess, val: val, round: round, sent: time.Now()})

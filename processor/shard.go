@@ -115,7 +115,7 @@ func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, acks []ack) {
 // put caches sess.
 func (s *shard) put(sess *session) {
 	if _, ok := s.sessions[sess.id]; !ok {
-		s.p.cached.Add(1)
+		s.p.count.cached.Add(1)
 	}
 	s.sessions[sess.id] = sess
 }
@@ -123,7 +123,7 @@ func (s *shard) put(sess *session) {
 // drop removes session id from the cache.
 func (s *shard) drop(id string) {
 	if _, ok := s.sessions[id]; ok {
-		s.p.cached.Add(-1)
+		s.p.count.cached.Add(-1)
 		delete(s.sessions, id)
 	}
 }
@@ -167,7 +167,7 @@ func (s *shard) sweep() {
 		}
 		if sess.l == nil && sess.dirty == 0 {
 			s.drop(id)
-			s.p.dropped.Add(1)
+			s.p.count.dropped.Add(1)
 		}
 	}
 }

@@ -2,15 +2,10 @@ package processor
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/seamguard/seamguard/processor/ledger"
 )
-
-// ErrBadState is returned (wrapped) for a session bucket value this build
-// cannot read.
-var ErrBadState = errors.New("processor: unreadable session state")
 
 const stateVersion = 1
 

@@ -119,11 +119,11 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 		}
 		// Retrying cannot fix a full bucket or store, the session's quota,
 		// or a refusal: the session halts at once (rule 5).
-		permanent := permanentFailure(err)
+		permanent := spill.Permanent(err)
 		p.noticeFailure(err)
 		// A store deleted under the processor is an operator's doing, not
 		// the session's: the input waits, unacknowledged, until it is back.
-		if !permanent && (storeMissing(err) || p.storeGone("OBJ_"+p.cfg.Names().Spills) || p.storeGone(p.cfg.Names().Events)) {
+		if !permanent && (storeMissing(err) || p.storeGone(p.cfg.Names().SpillsStream()) || p.storeGone(p.cfg.Names().Events)) {
 			if rerr := b.retry(ctx, attempt, err); rerr != nil {
 				return ledger.SpillResult{}, fmt.Errorf("processor: spill %s: a store is missing: %w", req.Name, rerr)
 			}

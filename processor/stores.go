@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/internal/jsfail"
 )
 
 // This file holds the watch over the streams behind the processor's
@@ -28,10 +29,6 @@ const (
 // storePrefix starts the trouble key of a missing store.
 const storePrefix = "store "
 
-// ErrStoreMissing is wrapped in what Ready reports while a stream, bucket
-// or object store the processor needs does not exist.
-var ErrStoreMissing = errors.New("processor: store missing")
-
 // watchedStore is one store whose stream is watched.
 type watchedStore struct {
 	stream string // the JetStream stream behind it
@@ -48,11 +45,11 @@ func (p *Processor) stores() []watchedStore {
 			"restore it from a backup, then restart seamguard serve, which creates its consumers again; do not let serve create it empty while the session bucket holds states, since its sequence numbers would start again (see Readiness in docs/operating.md)"},
 		{n.Verdicts, "the verdict stream " + n.Verdicts,
 			"restore it from a backup, or restart seamguard serve --rebuild, which creates it again and republishes the verdicts of every input the events stream still holds" + wait},
-		{"KV_" + n.Sessions, "the session bucket " + n.Sessions + " (stream KV_" + n.Sessions + ")",
+		{n.SessionsStream(), "the session bucket " + n.Sessions + " (stream " + n.SessionsStream() + ")",
 			"restart seamguard serve, which creates it again empty (each session is caught up from the events stream before its next decision), or restore it from a backup" + wait},
-		{"OBJ_" + n.Spills, "the spill object store " + n.Spills + " (stream OBJ_" + n.Spills + ")",
+		{n.SpillsStream(), "the spill object store " + n.Spills + " (stream " + n.SpillsStream() + ")",
 			"restore it from a backup, or restart seamguard serve, which creates it again empty (the spills it held are lost); compactions that need a spill wait, their inputs unacknowledged, until it is back"},
-		{"KV_" + n.Leases, "the leases bucket " + n.Leases + " (stream KV_" + n.Leases + ")",
+		{n.LeasesStream(), "the leases bucket " + n.Leases + " (stream " + n.LeasesStream() + ")",
 			"restart seamguard serve, which creates it again (it holds nothing that outlives the lease TTL); until then no partition lease can be renewed or taken"},
 	}
 }
@@ -122,20 +119,6 @@ func (p *Processor) noticeFailure(err error) {
 	}
 }
 
-// jsStreamNotFound is JetStream's error code for "stream not found".
-const jsStreamNotFound = 10059
-
 // storeMissing reports whether err says that a stream, bucket or object
 // store does not exist.
-func storeMissing(err error) bool {
-	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
-		errors.Is(err, nats.ErrStreamNotFound) || errors.Is(err, nats.ErrBucketNotFound) {
-		return true
-	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.ErrorCode == jsStreamNotFound {
-		return true
-	}
-	var napi *nats.APIError
-	return errors.As(err, &napi) && napi.ErrorCode == jsStreamNotFound
-}
+func storeMissing(err error) bool { return jsfail.StreamMissing(err) }

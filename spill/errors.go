@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/seamguard/seamguard/internal/jsfail"
 )
 
 // Errors of the spill package.
@@ -39,19 +39,6 @@ var (
 	ErrChain = errors.New("spill: broken chain")
 )
 
-// JetStream error codes (nats-server's server/jetstream_errors_generated.go)
-// that say the storage is exhausted, or that the message can never be
-// stored.
-const (
-	codeAccountResourcesExceeded = 10002 // JSAccountResourcesExceededErr
-	codeInsufficientResources    = 10023 // JSInsufficientResourcesErr
-	codeMemoryResourcesExceeded  = 10028 // JSMemoryResourcesExceededErr
-	codeStorageResourcesExceeded = 10047 // JSStorageResourcesExceededErr
-	codeMessageExceedsMaximum    = 10054 // JSStreamMessageExceedsMaximumErr
-	codeStreamStoreFailed        = 10077 // JSStreamStoreFailedF: the store's own error as description
-	codeHeaderExceedsMaximum     = 10097 // JSStreamHeaderExceedsMaximumErr
-)
-
 // permanentError marks a failure that another attempt cannot cure; it
 // matches ErrPermanent and what it wraps.
 type permanentError struct{ err error }
@@ -73,55 +60,26 @@ func (e storageFullError) Unwrap() []error { return []error{e.err, ErrStorageFul
 func storageFull(err error) error { return storageFullError{err} }
 
 // classify turns the errors of JetStream that retrying cannot cure into
-// ErrStorageFull or ErrPermanent ones; others are returned as they are.
-// conn is asked for the last permission violation the server reported:
-// a publish the server refuses for permissions gets no ack at all, only
-// a timeout, so a timeout while such a violation names the bucket's
-// subjects is taken as that refusal.
+// ErrStorageFull or ErrPermanent ones (jsfail tells them apart); others
+// are returned as they are. conn is asked for the last permission
+// violation the server reported: a publish the server refuses for
+// permissions gets no ack at all, only a timeout, so a timeout while such
+// a violation names the bucket's subjects is taken as that refusal (the
+// server names the subject only in the violation's text).
 func classify(err error, conn *nats.Conn, bucket string) error {
 	if err == nil || errors.Is(err, ErrPermanent) || errors.Is(err, ErrIncomplete) ||
 		errors.Is(err, context.Canceled) {
 		return err
 	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode {
-		case codeAccountResourcesExceeded, codeInsufficientResources, codeMemoryResourcesExceeded, codeStorageResourcesExceeded:
-			return storageFull(err)
-		case codeMessageExceedsMaximum, codeHeaderExceedsMaximum:
-			return permanent(err)
-		case codeStreamStoreFailed:
-			d := strings.ToLower(api.Description)
-			switch {
-			case strings.Contains(d, "maximum bytes") || strings.Contains(d, "maximum messages"):
-				return storageFull(err) // a DiscardNew stream at its limits
-			case strings.Contains(d, "too large"):
-				return permanent(err)
-			}
-		}
-		if api.Code == 403 {
-			return permanent(err)
-		}
-	}
-	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization) ||
-		errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+	switch {
+	case jsfail.StorageFull(err):
+		return storageFull(err)
+	case jsfail.Permanent(err):
 		return permanent(err)
-	}
-	// The same refusals where they arrive as text only.
-	msg := strings.ToLower(err.Error())
-	for _, s := range []string{"insufficient resources", "insufficient storage", "maximum bytes exceeded", "maximum messages exceeded", "resource limits exceeded"} {
-		if strings.Contains(msg, s) {
-			return storageFull(err)
-		}
-	}
-	for _, s := range []string{"maximum payload", "permissions violation", "exceeds maximum allowed"} {
-		if strings.Contains(msg, s) {
-			return permanent(err)
-		}
 	}
 	if conn != nil && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) {
 		if le := conn.LastError(); errors.Is(le, nats.ErrPermissionViolation) &&
-			strings.Contains(le.Error(), `"$O.`+bucket+`.`) {
+			strings.Contains(le.Error(), `"`+strings.TrimSuffix(Subjects(bucket), ">")) {
 			// Not wrapped: a timeout would read as "NATS did not answer".
 			return permanent(fmt.Errorf("%w: %v, after the server refused a publish to the bucket: %v", nats.ErrPermissionViolation, err, le))
 		}
@@ -129,12 +87,13 @@ func classify(err error, conn *nats.Conn, bucket string) error {
 	return err
 }
 
-// Permanent reports whether err is a failure of JetStream that retrying
-// cannot cure: storage or an account's resources exhausted, a stream or
-// bucket at its limits, a message or header over the server's limits, a
-// permission denied. The processor classifies its own failures with it.
+// Permanent reports whether err is a failure that retrying cannot cure:
+// one of this package's ErrPermanent, or a refusal of JetStream
+// (jsfail.Permanent: storage or an account's resources exhausted, a stream
+// or bucket at its limits, a message or header over the server's limits,
+// a permission denied).
 func Permanent(err error) bool {
-	return errors.Is(classify(err, nil, ""), ErrPermanent)
+	return errors.Is(err, ErrPermanent) || jsfail.Permanent(err)
 }
 
 func retryable(err error) bool {

@@ -53,7 +53,7 @@ func shippedGrants(cfg processor.Config) []grant {
 	if prefix == "" {
 		prefix = events.DefaultPrefix
 	}
-	ev, vd, kv, lk, obj := n.Events, n.Verdicts, "KV_"+n.Sessions, "KV_"+n.Leases, "OBJ_"+n.Spills
+	ev, vd, kv, lk, obj := n.Events, n.Verdicts, n.SessionsStream(), n.LeasesStream(), n.SpillsStream()
 	durable := strings.TrimSuffix(cfg.ConsumerName(-1), "invalid") // "seamguard-"
 	processorConsumer := func(subject string) bool {
 		name := subject[strings.LastIndex(subject, ".")+1:]
@@ -117,8 +117,8 @@ func shippedGrants(cfg processor.Config) []grant {
 		{verb: pub, pattern: "$JS.ACK." + ev + ".>", holders: []string{proc}, need: "to acknowledge the events it consumed"},
 		{verb: pub, pattern: "$JS.ACK.*.*." + ev + ".>", holders: []string{proc}, need: "to acknowledge the events it consumed"},
 		{verb: pub, pattern: prefix + ".verdicts.>", holders: []string{proc}, need: "to publish verdicts"},
-		{verb: pub, pattern: "$KV." + n.Sessions + ".>", holders: []string{proc}, need: "to write session snapshots"},
-		{verb: pub, pattern: "$KV." + n.Leases + ".>", holders: []string{proc}, need: "to take and renew partition leases"},
+		{verb: pub, pattern: processor.KVSubjects(n.Sessions), holders: []string{proc}, need: "to write session snapshots"},
+		{verb: pub, pattern: processor.KVSubjects(n.Leases), holders: []string{proc}, need: "to take and renew partition leases"},
 		{verb: pub, pattern: "$O." + n.Spills + ".>", holders: []string{proc}, need: "to write spills"},
 		{verb: sub, pattern: processorInbox + ".>", holders: []string{proc}, need: "to receive replies on the processor's inbox"},
 		{verb: sub, pattern: prefix + ".recover.>", holders: []string{resp}, need: "to serve agents' requests for their spills (the recover service, on serve's --responder-* connection)"},

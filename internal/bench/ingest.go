@@ -257,7 +257,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 // them again.
 func freshState(ctx context.Context, js jetstream.JetStream, cfg processor.Config) error {
 	n := cfg.Names()
-	for _, st := range []string{n.Verdicts, "KV_" + n.Sessions} {
+	for _, st := range []string{n.Verdicts, n.SessionsStream()} {
 		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("bench: delete %s: %w", st, err)
 		}
@@ -269,7 +269,7 @@ func freshState(ctx context.Context, js jetstream.JetStream, cfg processor.Confi
 // checkIngest checks what the processor decided (every request allowed,
 // nothing else) and, with record, records the snapshot writes per event.
 func checkIngest(ctx context.Context, js jetstream.JetStream, cfg processor.Config, res *IngestResult, record bool) error {
-	kv, err := js.Stream(ctx, "KV_"+cfg.Names().Sessions)
+	kv, err := js.Stream(ctx, cfg.Names().SessionsStream())
 	if err != nil {
 		return err
 	}
@@ -441,7 +441,7 @@ func consumeRaw(ctx context.Context, js jetstream.JetStream, stream, durable str
 // dropResources deletes what a processor of cfg provisioned.
 func dropResources(ctx context.Context, js jetstream.JetStream, cfg processor.Config) {
 	n := cfg.Names()
-	for _, s := range []string{n.Events, n.Verdicts, "KV_" + n.Sessions, "OBJ_" + n.Spills} {
+	for _, s := range []string{n.Events, n.Verdicts, n.SessionsStream(), n.SpillsStream()} {
 		_ = js.DeleteStream(ctx, s)
 	}
 }

@@ -281,7 +281,7 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 		js := r.srv.js
 
 		// seamguard
-		kvStream, err := js.Stream(ctx, "KV_"+r.pcfg.Names().Sessions)
+		kvStream, err := js.Stream(ctx, r.pcfg.Names().SessionsStream())
 		if err != nil {
 			return res, err
 		}
@@ -735,8 +735,8 @@ func (r *sessionsRun) stateSize() ([]byte, error) {
 func (r *sessionsRun) grow(ctx context.Context, n int) (float64, error) {
 	const chunk = 8192
 	js := r.srv.js
-	sessions := "$KV." + r.pcfg.Names().Sessions + "."
-	raw := "$KV." + r.rawKV + "."
+	sessions := processor.KVPrefix(r.pcfg.Names().Sessions)
+	raw := processor.KVPrefix(r.rawKV)
 	from := r.live
 	if n <= from {
 		return 0, nil
@@ -813,7 +813,7 @@ func (r *sessionsRun) publishRound(ctx context.Context, order []int) (uint64, er
 // asynchronously as the processor sends its state writes).
 func (r *sessionsRun) rawWrites(ctx context.Context, order []int, cas bool) (float64, Usage, error) {
 	js := r.srv.js
-	subj := "$KV." + r.rawKV + "."
+	subj := processor.KVPrefix(r.rawKV)
 	const window = 4096
 	type sent struct {
 		key int

@@ -305,7 +305,7 @@ func (o rawStore) put(ctx context.Context, r io.Reader, chunk int) error {
 					return err
 				}
 			}
-			f, perr := o.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: buf[:n]}, jetstream.WithExpectStream("OBJ_"+o.bucket))
+			f, perr := o.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: buf[:n]}, jetstream.WithExpectStream(spill.StreamName(o.bucket)))
 			if perr != nil {
 				return perr
 			}
@@ -323,7 +323,7 @@ func (o rawStore) put(ctx context.Context, r io.Reader, chunk int) error {
 			return err
 		}
 	}
-	str, err := o.js.Stream(ctx, "OBJ_"+o.bucket)
+	str, err := o.js.Stream(ctx, spill.StreamName(o.bucket))
 	if err == nil {
 		err = str.Purge(ctx, jetstream.WithPurgeSubject(subject))
 	}

@@ -365,16 +365,10 @@ const (
 
 // apiError is a JetStream API error.
 type apiError struct {
-	Code        int    `json:"code"`
-	ErrCode     int    `json:"err_code"`
-	Description string `json:"description"`
+	Code        int                 `json:"code"`
+	ErrCode     jetstream.ErrorCode `json:"err_code"`
+	Description string              `json:"description"`
 }
-
-// JetStream API error codes read here.
-const (
-	errCodeNoMessage      = 10037
-	errCodeStreamNotFound = 10059
-)
 
 type msgGetResponse struct {
 	Error   *apiError `json:"error"`
@@ -427,9 +421,9 @@ func DecodeMsgGet(stream string, data []byte) (*Msg, error) {
 	}
 	if e := resp.Error; e != nil {
 		switch e.ErrCode {
-		case errCodeNoMessage:
+		case jetstream.JSErrCodeMessageNotFound:
 			return nil, nil
-		case errCodeStreamNotFound:
+		case jetstream.JSErrCodeStreamNotFound:
 			return nil, fmt.Errorf("jsread: stream %s: %w", stream, jetstream.ErrStreamNotFound)
 		}
 		return nil, fmt.Errorf("jsread: get from stream %s: %s (%d, error code %d)", stream, e.Description, e.Code, e.ErrCode)

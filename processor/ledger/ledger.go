@@ -701,19 +701,9 @@ func (l *Ledger) forgetOldest() {
 
 func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint64, cfg Config, lim Limits, pre *prejudged) Result {
 	c := events.CauseOf(ev)
-	session := events.Excerpt(ev.Subject)
 	// Rule 1: unknown or closed sessions. The event is no part of a transcript.
-	switch l.status {
-	case statusNew:
-		return Result{Outputs: []events.Output{refused(c, ev.Subject, b.RequestID, []events.Reason{{
-			Code: events.ReasonUnknownSession, AtRisk: []Range{},
-			Message: fmt.Sprintf("session %q has not been opened; publish io.seamguard.session.opened and its turns first", session),
-		}}, nil, events.NextNone, lim)}}
-	case statusClosed:
-		return Result{Outputs: []events.Output{refused(c, ev.Subject, b.RequestID, []events.Reason{{
-			Code: events.ReasonSessionClosed, AtRisk: []Range{},
-			Message: fmt.Sprintf("session %q is closed; nothing can be compacted in it", session),
-		}}, nil, events.NextNone, lim)}}
+	if out, ok := l.notOpen(c, ev.Subject, b.RequestID, lim); ok {
+		return Result{Outputs: []events.Output{out}}
 	}
 	if rec := l.requests[b.RequestID]; rec != nil && slices.Contains(rec.ids, h) {
 		return Result{Duplicate: true}
@@ -728,19 +718,7 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 	}
 	if l.status == statusHalted {
 		l.touch(b.RequestID, h, lim)
-		var lost []Range
-		if l.halt != nil {
-			lost = l.halt.Ranges()
-		}
-		msg := fmt.Sprintf("session %q is halted since compaction %q: offsets %s cannot be recovered; an operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost",
-			session, events.Excerpt(l.haltReq), FormatRanges(lost))
-		if l.haltReq == "" {
-			msg = fmt.Sprintf("session %q is halted since its ledger reached a limit: offsets %s cannot be vouched for; an operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost",
-				session, FormatRanges(lost))
-		}
-		return accepted(refused(c, ev.Subject, b.RequestID, []events.Reason{{
-			Code: events.ReasonSessionHalted, AtRisk: nonNil(lost), Message: msg,
-		}}, nil, events.NextNone, lim))
+		return accepted(l.stillHalted(c, ev.Subject, b.RequestID, lim))
 	}
 
 	// The checks change nothing; the limits are checked before the ledger
@@ -767,47 +745,16 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 	// cures pin_dropped (docs/contract.md, The decision).
 	rest := pre.rest
 	if rest.IsEmpty() && !e.Dropped.IsEmpty() {
-		// Rule 2 or 3 would have allowed it: refused, with no spill.
-		// It lists pin_dropped alone, the one thing the agent must fix, and
-		// names the covered checks in cured, as allowed does (v1.3).
 		decided(false)
-		var reasons []events.Reason
-		var cured []events.ReasonCode
-		for _, r := range e.Reasons {
-			if r.Code == events.ReasonPinDropped {
-				reasons = append(reasons, r)
-			} else {
-				cured = append(cured, r.Code)
-			}
-		}
-		out := refused(c, ev.Subject, b.RequestID, reasons, nil, events.NextCarryPins, lim)
-		out.Data.(*events.CompactionRefused).Cured = cured
-		return accepted(out)
+		return accepted(pinsDropped(c, ev.Subject, b.RequestID, e, lim))
 	}
 	// Rule 3.
 	if rest.IsEmpty() {
 		decided(true)
-		var by []events.SpillHandle
-		if l.lastSpill != nil && Intersects(e.AtRisk, l.spilled) {
-			by = []events.SpillHandle{*l.lastSpill}
-		}
-		cured := make([]events.ReasonCode, len(e.Reasons))
-		for i, r := range e.Reasons {
-			cured[i] = r.Code
-		}
-		return accepted(l.allowedOutput(c, b, e, by, cured, lim))
+		return accepted(l.allowedBySpills(c, b, e, lim))
 	}
 	// Rule 5 before a spill is even tried.
-	why := ""
-	switch unreceived := Diff(rest, l.received); {
-	case !unreceived.IsEmpty():
-		why = fmt.Sprintf("offsets %s were never received, so no spill can hold them", FormatRanges(unreceived.Ranges()))
-	case cfg.Policy == PolicyHalt:
-		why = "the policy halts instead of spilling"
-	case l.spillBytes >= lim.SpillQuota:
-		why = fmt.Sprintf("the session's spill quota of %d bytes is used up (%d bytes spilled)", lim.SpillQuota, l.spillBytes)
-	}
-	if why != "" {
+	if why := l.cannotSpill(rest, cfg, lim); why != "" {
 		if n := rest.Len(); n > lim.MaxRanges {
 			return l.limitHit(ev, "ledger.halt", tooMany("halt", fmt.Sprintf("halting at compaction %q (%s)", events.Excerpt(b.RequestID), why), n, lim), whole, lim)
 		}
@@ -817,6 +764,97 @@ func (l *Ledger) request(ev *events.Event, b *events.CompactionRequested, h uint
 	// Rule 4: ask for the spill of what no earlier spill holds; spillDone
 	// finishes the decision.
 	decided(false)
+	return l.askSpill(c, ev, b, e, lim)
+}
+
+// notOpen is the refusal of a request in a session never opened or
+// closed, and whether there is one.
+func (l *Ledger) notOpen(c events.Cause, subject, requestID string, lim Limits) (events.Output, bool) {
+	session := events.Excerpt(subject)
+	switch l.status {
+	case statusNew:
+		return refused(c, subject, requestID, []events.Reason{{
+			Code: events.ReasonUnknownSession, AtRisk: []Range{},
+			Message: fmt.Sprintf("session %q has not been opened; publish io.seamguard.session.opened and its turns first", session),
+		}}, nil, events.NextNone, lim), true
+	case statusClosed:
+		return refused(c, subject, requestID, []events.Reason{{
+			Code: events.ReasonSessionClosed, AtRisk: []Range{},
+			Message: fmt.Sprintf("session %q is closed; nothing can be compacted in it", session),
+		}}, nil, events.NextNone, lim), true
+	}
+	return events.Output{}, false
+}
+
+// stillHalted is the refusal of a request in a halted session: the
+// offsets lost, and how an operator resumes it.
+func (l *Ledger) stillHalted(c events.Cause, subject, requestID string, lim Limits) events.Output {
+	session := events.Excerpt(subject)
+	var lost []Range
+	if l.halt != nil {
+		lost = l.halt.Ranges()
+	}
+	msg := fmt.Sprintf("session %q is halted since compaction %q: offsets %s cannot be recovered; an operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost",
+		session, events.Excerpt(l.haltReq), FormatRanges(lost))
+	if l.haltReq == "" {
+		msg = fmt.Sprintf("session %q is halted since its ledger reached a limit: offsets %s cannot be vouched for; an operator must publish io.seamguard.session.resumed on the session's control subject (seamguard resume) to accept them as lost",
+			session, FormatRanges(lost))
+	}
+	return refused(c, subject, requestID, []events.Reason{{
+		Code: events.ReasonSessionHalted, AtRisk: nonNil(lost), Message: msg,
+	}}, nil, events.NextNone, lim)
+}
+
+// pinsDropped is the refusal of a request that rule 2 or 3 would have
+// allowed but for dropped pins: it lists pin_dropped alone, the one thing
+// the agent must fix, and names the covered checks in cured, as allowed
+// does (v1.3). No spill is asked for.
+func pinsDropped(c events.Cause, subject, requestID string, e Evaluation, lim Limits) events.Output {
+	var reasons []events.Reason
+	var cured []events.ReasonCode
+	for _, r := range e.Reasons {
+		if r.Code == events.ReasonPinDropped {
+			reasons = append(reasons, r)
+		} else {
+			cured = append(cured, r.Code)
+		}
+	}
+	out := refused(c, subject, requestID, reasons, nil, events.NextCarryPins, lim)
+	out.Data.(*events.CompactionRefused).Cured = cured
+	return out
+}
+
+// allowedBySpills is rule 3's verdict: every offset at risk is held by
+// the session's spills, which cure every reason.
+func (l *Ledger) allowedBySpills(c events.Cause, b *events.CompactionRequested, e Evaluation, lim Limits) events.Output {
+	var by []events.SpillHandle
+	if l.lastSpill != nil && Intersects(e.AtRisk, l.spilled) {
+		by = []events.SpillHandle{*l.lastSpill}
+	}
+	cured := make([]events.ReasonCode, len(e.Reasons))
+	for i, r := range e.Reasons {
+		cured[i] = r.Code
+	}
+	return l.allowedOutput(c, b, e, by, cured, lim)
+}
+
+// cannotSpill says why no spill can cure offsets rest (rule 5: the
+// session halts), or "" when a spill may.
+func (l *Ledger) cannotSpill(rest RangeSet, cfg Config, lim Limits) string {
+	switch unreceived := Diff(rest, l.received); {
+	case !unreceived.IsEmpty():
+		return fmt.Sprintf("offsets %s were never received, so no spill can hold them", FormatRanges(unreceived.Ranges()))
+	case cfg.Policy == PolicyHalt:
+		return "the policy halts instead of spilling"
+	case l.spillBytes >= lim.SpillQuota:
+		return fmt.Sprintf("the session's spill quota of %d bytes is used up (%d bytes spilled)", lim.SpillQuota, l.spillBytes)
+	}
+	return ""
+}
+
+// askSpill is rule 4: the request waits for the spill of what no earlier
+// spill holds, which spillDone turns into the verdict.
+func (l *Ledger) askSpill(c events.Cause, ev *events.Event, b *events.CompactionRequested, e Evaluation, lim Limits) Result {
 	l.pending = &pending{cause: c, requestID: b.RequestID, reasons: cutReasons(e.Reasons, lim.listed), atRisk: e.AtRisk}
 	n := l.spills + 1
 	res := accepted()

@@ -143,27 +143,7 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 	if v >= 2 {
 		n.tick = r.u()
 	}
-	if k := r.count(); k > 0 {
-		n.requests = make(map[string]*request, k)
-		prev := ""
-		for i := 0; i < k && r.err == nil; i++ {
-			key := r.s()
-			if i > 0 && key <= prev {
-				r.fail("request ids out of order")
-			}
-			prev = key
-			q := &request{evaluated: r.flag(), allowed: r.flag(), coverage: r.set()}
-			q.ids = r.ids(maxEvalIDs)
-			q.commits = r.ids(maxEvalIDs)
-			if v >= 2 {
-				q.used = r.u()
-			} else {
-				n.tick++ // version 1: used in the order of the ids
-				q.used = n.tick
-			}
-			n.requests[key] = q
-		}
-	}
+	n.requests = r.requests(&n.tick)
 	if v >= 2 {
 		n.forgotten = r.ids(maxForgotten)
 		n.forgottenAll = r.u()
@@ -175,27 +155,7 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 	}
 	n.resumes = r.ids(maxResumeIDs)
 	if r.flag() {
-		p := &pending{}
-		p.cause.ID = r.s()
-		p.cause.Source = r.s()
-		p.cause.Meta.Subject = r.s()
-		p.cause.Meta.Seq = r.u()
-		p.requestID = r.s()
-		k := r.count()
-		for i := 0; i < k && r.err == nil; i++ {
-			reason := events.Reason{
-				Code:    events.ReasonCode(r.s()),
-				Message: r.s(),
-				AtRisk:  nonNil(r.set().Ranges()),
-			}
-			if v >= 2 && r.flag() {
-				reason.AtRiskTruncated = true
-				reason.AtRiskTotal = &events.AtRiskTotal{Ranges: r.u(), Units: r.u()}
-			}
-			p.reasons = append(p.reasons, reason)
-		}
-		p.atRisk = r.set()
-		n.pending = p
+		n.pending = r.pending()
 	}
 	for i := range n.recent {
 		n.recent[i] = r.fixed()
@@ -212,6 +172,60 @@ func (l *Ledger) UnmarshalBinary(data []byte) error {
 	}
 	*l = n
 	return nil
+}
+
+// requests reads a snapshot's requests; tick is the ledger's clock, which a
+// version 1 snapshot (no use times) advances once per request, in order.
+func (r *reader) requests(tick *uint64) map[string]*request {
+	k := r.count()
+	if k == 0 {
+		return nil
+	}
+	reqs := make(map[string]*request, k)
+	prev := ""
+	for i := 0; i < k && r.err == nil; i++ {
+		key := r.s()
+		if i > 0 && key <= prev {
+			r.fail("request ids out of order")
+		}
+		prev = key
+		q := &request{evaluated: r.flag(), allowed: r.flag(), coverage: r.set()}
+		q.ids = r.ids(maxEvalIDs)
+		q.commits = r.ids(maxEvalIDs)
+		if r.v >= 2 {
+			q.used = r.u()
+		} else {
+			*tick++ // version 1: used in the order of the ids
+			q.used = *tick
+		}
+		reqs[key] = q
+	}
+	return reqs
+}
+
+// pending reads a snapshot's pending request (one waiting for its spill).
+func (r *reader) pending() *pending {
+	p := &pending{}
+	p.cause.ID = r.s()
+	p.cause.Source = r.s()
+	p.cause.Meta.Subject = r.s()
+	p.cause.Meta.Seq = r.u()
+	p.requestID = r.s()
+	k := r.count()
+	for i := 0; i < k && r.err == nil; i++ {
+		reason := events.Reason{
+			Code:    events.ReasonCode(r.s()),
+			Message: r.s(),
+			AtRisk:  nonNil(r.set().Ranges()),
+		}
+		if r.v >= 2 && r.flag() {
+			reason.AtRiskTruncated = true
+			reason.AtRiskTotal = &events.AtRiskTotal{Ranges: r.u(), Units: r.u()}
+		}
+		p.reasons = append(p.reasons, reason)
+	}
+	p.atRisk = r.set()
+	return p
 }
 
 // check verifies the invariants that relate fields to one another.
