@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"time"
 
@@ -163,46 +162,27 @@ type recovery struct {
 	subject string
 }
 
+// brokenChain is what the errors of a chain's links that do not hold wrap.
+var brokenChain = fmt.Errorf("%w: %w", ErrNotRecovered, ErrBrokenChain)
+
 // chain follows h's chain back through the service's handles and returns
-// it oldest first, checking the links as the spill package does.
+// it oldest first, checking the links as the spill package does (with its
+// walk), and the newest spill's size and digest against h's when h has a
+// digest.
 func (rc *recovery) chain(ctx context.Context, h events.SpillHandle) ([]events.SpillHandle, error) {
-	var (
-		chain []events.SpillHandle // newest first
-		seen  = map[string]bool{}
-	)
-	for next := h.Name; next != ""; {
-		if seen[next] {
-			return nil, fmt.Errorf("%w: %w: %s names %s as its previous spill, which follows it: the chain loops",
-				ErrNotRecovered, ErrBrokenChain, chain[len(chain)-1].Name, next)
-		}
-		if len(chain) == events.MaxRecoverChain {
-			return nil, fmt.Errorf("%w: %w: the chain of %s is longer than %d spills", ErrNotRecovered, ErrBrokenChain, h.Name, events.MaxRecoverChain)
-		}
-		seen[next] = true
-		got, err := rc.info(ctx, next)
-		if err != nil {
-			if len(chain) > 0 {
-				return nil, fmt.Errorf("%s names %s as its previous spill: %w", chain[len(chain)-1].Name, next, err)
+	walk := events.ChainWalk{Max: events.MaxRecoverChain, Broken: brokenChain, GetSaysWhy: true,
+		Get: func(ctx context.Context, name string) (events.SpillHandle, string, error) {
+			got, err := rc.info(ctx, name)
+			if err == nil && name == h.Name && h.Digest != "" && (got.Size != h.Size || !events.SameDigest(got.Digest, h.Digest)) {
+				err = fmt.Errorf("%w: %w: spill %s of session %s holds %d bytes with digest %s, but the handle names %d bytes with digest %s (was it written again?)",
+					ErrNotRecovered, ErrDigestMismatch, h.Name, rc.session, got.Size, got.Digest, h.Size, h.Digest)
 			}
-			return nil, err
-		}
-		if len(chain) == 0 && h.Digest != "" && (got.Size != h.Size || !events.SameDigest(got.Digest, h.Digest)) {
-			return nil, fmt.Errorf("%w: %w: spill %s of session %s holds %d bytes with digest %s, but the handle names %d bytes with digest %s (was it written again?)",
-				ErrNotRecovered, ErrDigestMismatch, h.Name, rc.session, got.Size, got.Digest, h.Size, h.Digest)
-		}
-		if len(chain) > 0 {
-			if child := chain[len(chain)-1]; got.LastSeq >= child.FirstSeq {
-				return nil, fmt.Errorf("%w: %w: %s starts at stream sequence %d, but its previous spill %s ends at %d",
-					ErrNotRecovered, ErrBrokenChain, child.Name, child.FirstSeq, next, got.LastSeq)
-			}
-		}
-		chain = append(chain, got)
-		next = ""
-		if got.Previous != nil {
-			next = *got.Previous
-		}
+			return got, "", err // the service answers for the session's spills only
+		}}
+	chain, err := walk.Walk(ctx, h.Name)
+	if err != nil {
+		return nil, err
 	}
-	slices.Reverse(chain)
 	return chain, nil
 }
 
@@ -215,7 +195,7 @@ func (rc *recovery) info(ctx context.Context, name string) (events.SpillHandle, 
 	var h events.SpillHandle
 	if err := json.Unmarshal(m.Data, &h); err != nil || h.Name != name {
 		return events.SpillHandle{}, fmt.Errorf("%w: %w: the recover service answered the info of %s with %q (%v)",
-			ErrNotRecovered, ErrBrokenChain, name, excerpt(m.Data), err)
+			ErrNotRecovered, ErrBrokenChain, name, events.Excerpt(string(m.Data)), err)
 	}
 	return h, nil
 }
@@ -326,12 +306,4 @@ func (rc *recovery) request(ctx context.Context, rq events.RecoverRequest) (*nat
 func (rc *recovery) gaveUp(rq events.RecoverRequest, attempts int, err error) error {
 	return fmt.Errorf("%w: spill %s of session %s: no answer from seamguard's recover service on %s after %d attempt(s): %w",
 		ErrNotRecovered, rq.Name, rc.session, rc.subject, attempts, err)
-}
-
-// excerpt quotes at most 256 bytes of b.
-func excerpt(b []byte) string {
-	if len(b) > 256 {
-		return string(b[:256]) + "…"
-	}
-	return string(b)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/seamguard/seamguard/attest"
+	"github.com/seamguard/seamguard/events"
 )
 
 // Headers a forwarded request carries besides the CloudEvent's ce-*
@@ -104,7 +105,7 @@ func newRequest(ctx context.Context, url string, extra map[string]string, m verd
 	for k, vs := range req.Header {
 		if strings.HasPrefix(strings.ToLower(k), "ce-") {
 			for i := range vs {
-				vs[i] = percentEncode(vs[i])
+				vs[i] = events.PercentEncode(vs[i])
 			}
 		}
 	}
@@ -114,7 +115,7 @@ func newRequest(ctx context.Context, url string, extra map[string]string, m verd
 	req.Header.Set(HeaderDataOffset, strconv.Itoa(start))
 	for _, h := range []string{HeaderSigner, HeaderSignature} {
 		if v := m.header.Get(h); v != "" {
-			req.Header.Set(h, percentEncode(v))
+			req.Header.Set(h, events.PercentEncode(v))
 		}
 	}
 	if m.seq > 0 {
@@ -125,32 +126,6 @@ func newRequest(ctx context.Context, url string, extra map[string]string, m verd
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	req.ContentLength = int64(len(body))
 	return req, nil
-}
-
-// percentEncode encodes v as the CloudEvents HTTP binding asks of header
-// values: every byte outside printable ASCII, and space, '"' and '%', as
-// %XX of its UTF-8 encoding.
-func percentEncode(v string) string {
-	need := false
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
-			need = true
-			break
-		}
-	}
-	if !need {
-		return v
-	}
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c <= ' ' || c > '~' || c == '"' || c == '%' {
-			fmt.Fprintf(&b, "%%%02X", c)
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
 }
 
 // VerifyRequest verifies a request a forwarder sent: it puts the body back
@@ -191,7 +166,8 @@ func VerifyRequest(v *attest.Verifier, h http.Header, body []byte) (attest.Attri
 	return a, nil
 }
 
-// percentDecode undoes percentEncode; a malformed escape stays as it is.
+// percentDecode undoes events.PercentEncode (the CloudEvents HTTP
+// binding's encoding of header values); a malformed escape stays as it is.
 func percentDecode(v string) string {
 	if !strings.Contains(v, "%") {
 		return v

@@ -23,7 +23,7 @@ func TestPercentEncoding(t *testing.T) {
 		"100%":                    "100%25",
 		"é\n":                     "%C3%A9%0A",
 	} {
-		got := percentEncode(in)
+		got := events.PercentEncode(in)
 		assert.Equal(t, want, got, in)
 		assert.Equal(t, in, percentDecode(got), in)
 		dec, err := url.PathUnescape(got)

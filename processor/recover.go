@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/seamguard/seamguard/events"
@@ -63,8 +62,7 @@ var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((
 // serviceWorkers workers; stop may be called from any goroutine, more than
 // once.
 type recoverService struct {
-	js         jetstream.JetStream
-	spills     jetstream.ObjectStore
+	spills     *spill.Reader
 	bucket     string
 	subj       events.Subjects
 	log        *slog.Logger
@@ -80,7 +78,6 @@ type recoverService struct {
 	mu      sync.Mutex
 	subs    []*nats.Subscription
 	workers sync.WaitGroup
-	chunks  jetstream.Stream // the bucket's stream, opened on first use
 }
 
 // serveRecover subscribes the recover service on the responder connection
@@ -98,7 +95,7 @@ func (p *Processor) serveRecover(ctx, hard context.Context) (stop func()) {
 		nc = p.js.Conn()
 	}
 	r := &recoverService{
-		js: p.js, spills: p.res.Spills, bucket: p.cfg.Names().Spills, subj: p.subj,
+		spills: spill.NewReader(p.js, p.cfg.Names().Spills, p.res.Spills), bucket: p.cfg.Names().Spills, subj: p.subj,
 		log: p.log, ctx: hard, maxPayload: nc.MaxPayload(), nc: nc,
 		prefixes: p.cfg.replyPrefixes(), denied: &p.denied, queue: newFairQueue(),
 	}
@@ -330,9 +327,9 @@ func (r *recoverService) answer(ctx context.Context, subject string, data []byte
 	case len(rq.Cursor) > events.MaxRecoverCursorBytes:
 		return nil, nil, refuse(400, "the cursor has %d bytes; a cursor has at most %d: send back the %s header as it came", len(rq.Cursor), events.MaxRecoverCursorBytes, events.HeaderCursor)
 	}
-	info, h, err := r.spill(ctx, session, rq.Name)
+	info, h, err := r.spills.Spill(ctx, session, rq.Name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refusal(err)
 	}
 	hdr := nats.Header{}
 	hdr.Set(events.HeaderSpillName, h.Name)
@@ -345,9 +342,9 @@ func (r *recoverService) answer(ctx context.Context, subject string, data []byte
 		}
 		return hdr, body, nil
 	}
-	body, cursor, err := r.read(ctx, info, rq)
+	body, cursor, err := r.spills.ReadAt(ctx, info, rq.Offset, r.chunkLimit(rq.Max), rq.Cursor)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refusal(err)
 	}
 	hdr.Set(events.HeaderOffset, strconv.FormatUint(rq.Offset, 10))
 	if cursor != "" {
@@ -356,26 +353,28 @@ func (r *recoverService) answer(ctx context.Context, subject string, data []byte
 	return hdr, body, nil
 }
 
-// spill reads the info of the spill called name and checks that it is a
-// spill of session.
-func (r *recoverService) spill(ctx context.Context, session, name string) (*jetstream.ObjectInfo, events.SpillHandle, error) {
-	info, err := r.spills.GetInfo(ctx, name)
-	switch {
-	case errors.Is(err, jetstream.ErrObjectNotFound):
-		return nil, events.SpillHandle{}, refuse(404, "session %s has no spill named %q in bucket %s", session, events.Excerpt(name), r.bucket)
-	case err != nil:
-		return nil, events.SpillHandle{}, jetstreamFailure("read the info of "+name, err)
-	case info.Opts != nil && info.Opts.Link != nil:
-		return nil, events.SpillHandle{}, refuse(404, "%q in bucket %s is a link, not a spill", events.Excerpt(name), r.bucket)
+// refusal is the answer to a read package spill refused: its message,
+// with the code of its kind, or a JetStream failure as jetstreamFailure
+// answers it.
+func refusal(err error) error {
+	var re *spill.ReadError
+	if !errors.As(err, &re) {
+		return err
 	}
-	h, err := spill.HandleOf(info)
-	if err != nil {
-		return nil, events.SpillHandle{}, refuse(404, "%q in bucket %s is not a spill seamguard wrote", events.Excerpt(name), r.bucket)
+	code := 500 // spill.ReadDamaged
+	switch re.Kind {
+	case spill.ReadFailed:
+		return jetstreamFailure(re.Msg, re.Err)
+	case spill.ReadNotFound, spill.ReadNotSpill:
+		code = 404
+	case spill.ReadOtherSession:
+		code = 403
+	case spill.ReadBadRequest:
+		code = 400
+	case spill.ReadStale:
+		code = 409
 	}
-	if got := spill.SessionOf(info); got != session {
-		return nil, events.SpillHandle{}, refuse(403, "%q is not a spill of session %s", events.Excerpt(name), session)
-	}
-	return info, h, nil
+	return refuse(code, "%s", re.Msg)
 }
 
 // jetstreamFailure is a failure of JetStream: 503 (ask again) when it did
@@ -401,180 +400,4 @@ func (r *recoverService) chunkLimit(want int) int {
 		n = min(n, int(r.maxPayload)-recoverHeaderRoom)
 	}
 	return max(n, 1)
-}
-
-// A cursor says where the chunk holding a read's offset is: the object's
-// version (its NUID: a name put again has another), the stream sequence
-// at or after which that chunk is the first of the object's chunks, and
-// the offset of the chunk's first byte in the object.
-type cursor struct {
-	nuid       string
-	seq, start uint64
-}
-
-func (c cursor) String() string {
-	return c.nuid + "." + strconv.FormatUint(c.seq, 10) + "." + strconv.FormatUint(c.start, 10)
-}
-
-func parseCursor(s string) (cursor, bool) {
-	parts := strings.Split(s, ".")
-	if len(parts) != 3 || parts[0] == "" {
-		return cursor{}, false
-	}
-	seq, err1 := strconv.ParseUint(parts[1], 10, 64)
-	start, err2 := strconv.ParseUint(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || seq == 0 {
-		return cursor{}, false
-	}
-	return cursor{nuid: parts[0], seq: seq, start: start}, true
-}
-
-// read returns up to rq.Max bytes of the object info describes from
-// rq.Offset, and the cursor of the next read ("" at the end).
-//
-// Chunks are read one at a time by direct get of the first message on the
-// object's chunk subject at or after a sequence. From a cursor that is one
-// read; without one the chunks are counted from the object's first, at
-// most its chunk count of reads.
-func (r *recoverService) read(ctx context.Context, info *jetstream.ObjectInfo, rq events.RecoverRequest) ([]byte, string, error) {
-	if rq.Offset > info.Size {
-		return nil, "", refuse(400, "offset %d is past the end of %s, which has %d bytes", rq.Offset, info.Name, info.Size)
-	}
-	if rq.Offset == info.Size {
-		return nil, "", nil
-	}
-	at := cursor{nuid: info.NUID, seq: 1}
-	given := rq.Cursor != ""
-	if given {
-		c, ok := parseCursor(rq.Cursor)
-		switch {
-		case !ok:
-			return nil, "", refuse(400, "cursor %q is not one this service gave: send back the %s header as it came, or no cursor", events.Excerpt(rq.Cursor), events.HeaderCursor)
-		case c.nuid != info.NUID:
-			return nil, "", refuse(409, "%s was written again since the cursor was given (it is the same spill when its size and digest are): read on without a cursor, or from the start", info.Name)
-		case c.start > rq.Offset:
-			return nil, "", refuse(400, "the cursor points at a chunk starting at %d, after offset %d: send the offset the cursor came with", c.start, rq.Offset)
-		}
-		at = c
-	}
-	str, err := r.chunkStream(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	subject := "$O." + info.Bucket + ".C." + info.NUID
-	if idx, ok := spill.ChunkIndexOf(info); ok && info.Opts != nil && info.Opts.ChunkSize > 0 {
-		body, next, err := r.readIndexed(ctx, str, info, idx, rq, at, given, subject)
-		if !errors.Is(err, errNotIndexed) {
-			return body, next, err
-		}
-		// The chunk is not where the index says (the object was written
-		// again, or a chunk was replaced): read as without an index,
-		// which finds the chunks wherever they are, and the caller's
-		// digest check says whether they are the object's.
-		at, given = cursor{nuid: info.NUID, seq: 1}, false
-	}
-	// Each pass reads one chunk at a higher sequence, at most the
-	// object's chunk count of them.
-	for reads := uint32(0); ; reads++ {
-		if reads >= info.Chunks {
-			return nil, "", refuse(500, "%s is damaged: its %d chunks end before its %d bytes", info.Name, info.Chunks, info.Size)
-		}
-		m, err := str.GetMsg(ctx, at.seq, jetstream.WithGetMsgSubject(subject))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound) && given:
-			return nil, "", refuse(400, "the cursor points past the chunks of %s: send back the %s header as it came, or no cursor", info.Name, events.HeaderCursor)
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, "", refuse(500, "%s is damaged: bucket %s holds no chunk of it after byte %d of %d", info.Name, info.Bucket, at.start, info.Size)
-		case err != nil:
-			return nil, "", jetstreamFailure("read a chunk of "+info.Name, err)
-		}
-		n := uint64(len(m.Data))
-		if rq.Offset >= at.start+n {
-			if given && reads == 0 {
-				return nil, "", refuse(400, "the cursor points at a chunk that ends before offset %d: send the offset the cursor came with", rq.Offset)
-			}
-			at = cursor{nuid: info.NUID, seq: m.Sequence + 1, start: at.start + n}
-			continue
-		}
-		skip := rq.Offset - at.start
-		end := min(n, skip+uint64(r.chunkLimit(rq.Max)))
-		if at.start+end > info.Size {
-			return nil, "", refuse(500, "%s is damaged: its chunks hold more than its %d bytes", info.Name, info.Size)
-		}
-		next := cursor{nuid: info.NUID, seq: m.Sequence, start: at.start}
-		if end == n {
-			next = cursor{nuid: info.NUID, seq: m.Sequence + 1, start: at.start + n}
-		}
-		if at.start+end == info.Size {
-			return m.Data[skip:end], "", nil
-		}
-		return m.Data[skip:end], next.String(), nil
-	}
-}
-
-// readIndexed is read for a spill whose writer recorded where its chunks
-// are (spill.ChunkIndex): the chunk holding rq.Offset is read by its
-// sequence, one read whatever the offset. A cursor, when given, must be
-// one this service gave for the spill: the start and sequence of a chunk.
-func (r *recoverService) readIndexed(ctx context.Context, str jetstream.Stream, info *jetstream.ObjectInfo, idx spill.ChunkIndex, rq events.RecoverRequest, at cursor, given bool, subject string) ([]byte, string, error) {
-	size := uint64(info.Opts.ChunkSize)
-	k := rq.Offset / size
-	if given {
-		if want, ok := idx.Seq(uint32(at.start / size)); !ok || at.start%size != 0 || want != at.seq {
-			return nil, "", refuse(400, "the cursor does not point at a chunk of %s: send back the %s header as it came, or no cursor", info.Name, events.HeaderCursor)
-		}
-		if at.start+size <= rq.Offset {
-			return nil, "", refuse(400, "the cursor points at a chunk that ends before offset %d: send the offset the cursor came with", rq.Offset)
-		}
-	}
-	seq, ok := idx.Seq(uint32(k))
-	if k > uint64(^uint32(0)) || !ok {
-		return nil, "", refuse(500, "%s is damaged: its %d chunks end before its %d bytes", info.Name, info.Chunks, info.Size)
-	}
-	m, err := str.GetMsg(ctx, seq)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return nil, "", errNotIndexed
-	case err != nil:
-		return nil, "", jetstreamFailure("read a chunk of "+info.Name, err)
-	case m.Subject != subject:
-		return nil, "", errNotIndexed
-	}
-	start := k * size
-	n := uint64(len(m.Data))
-	if n == 0 || (n != size && start+n != info.Size) || start+n > info.Size {
-		return nil, "", refuse(500, "%s is damaged: chunk %d has %d bytes, in an object of %d bytes in chunks of %d", info.Name, k, n, info.Size, size)
-	}
-	skip := rq.Offset - start
-	end := min(n, skip+uint64(r.chunkLimit(rq.Max)))
-	if start+end == info.Size {
-		return m.Data[skip:end], "", nil
-	}
-	next := cursor{nuid: info.NUID, seq: seq, start: start}
-	if end == n {
-		nseq, _ := idx.Seq(uint32(k + 1))
-		next = cursor{nuid: info.NUID, seq: nseq, start: start + n}
-	}
-	return m.Data[skip:end], next.String(), nil
-}
-
-// errNotIndexed: a chunk is not at the sequence its object's index says.
-var errNotIndexed = errors.New("processor: the chunk is not where the spill's index says")
-
-// chunkStream returns the bucket's stream, opening it on first use.
-func (r *recoverService) chunkStream(ctx context.Context) (jetstream.Stream, error) {
-	r.mu.Lock()
-	str := r.chunks
-	r.mu.Unlock()
-	if str != nil {
-		return str, nil
-	}
-	str, err := r.js.Stream(ctx, "OBJ_"+r.bucket)
-	if err != nil {
-		return nil, jetstreamFailure("open the stream of bucket "+r.bucket, err)
-	}
-	r.mu.Lock()
-	r.chunks = str
-	r.mu.Unlock()
-	return str, nil
 }

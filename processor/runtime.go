@@ -216,12 +216,47 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.abort = cancel
 	p.mu.Unlock()
-	// A drain that cannot finish (a session stuck, a server away) ends
-	// after DrainTimeout as an abort does: what it had not finished is
-	// redelivered to whoever takes its partitions.
-	var drainTimedOut atomic.Bool
+	drainTimedOut, endWatch := p.watchDrain(ctx, cancel)
+	defer endWatch()
+	consumers, err := p.openConsumers(ctx)
+	if consumers == nil {
+		return err // nil: asked to stop before it began, nothing to drain
+	}
+	lease, stopLeases, err := p.startLeases(ctx, hard)
+	if lease == nil {
+		return err
+	}
+	defer stopLeases()
+	defer p.startWatchers(hard, cancel)()
+	stopRecover := p.serveRecover(ctx, hard) // stops when the drain begins
+	defer stopRecover()
+	// The writers of states and verdicts (group.go) outlive every shard:
+	// each waits for their answers.
+	states, verdicts, stopGroups := p.startWriteGroups(hard)
+	defer stopGroups()
+
+	if err := p.consume(ctx, hard, cancel, consumers, lease, states, verdicts); err != nil {
+		return err
+	}
+	// Drained: everything fetched here is acknowledged. Hand the
+	// partitions over now rather than let their leases expire.
+	stopLeases()
+	if hard.Err() == nil || drainTimedOut.Load() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		lease.releaseAll(rctx)
+		cancel()
+	}
+	p.log.Info("processor stopped")
+	return nil
+}
+
+// watchDrain ends a drain that cannot finish (a session stuck, a server
+// away) after DrainTimeout as an abort does (cancel): what it had not
+// finished is redelivered to whoever takes its partitions. timedOut says
+// whether it did; end stops the watch.
+func (p *Processor) watchDrain(ctx context.Context, cancel context.CancelFunc) (timedOut *atomic.Bool, end func()) {
+	timedOut = &atomic.Bool{}
 	ended := make(chan struct{})
-	defer close(ended)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -233,46 +268,60 @@ func (p *Processor) Run(ctx context.Context) error {
 		select {
 		case <-t.C:
 			p.log.Error("drain did not finish in time; stopping without it: unfinished inputs are redelivered to the next owner", "drain_timeout", p.cfg.DrainTimeout, "troubles", p.health.err())
-			drainTimedOut.Store(true)
+			timedOut.Store(true)
 			cancel()
 		case <-ended:
 		}
 	}()
+	return timedOut, func() { close(ended) }
+}
 
+// openConsumers creates or updates the durable consumer of every
+// partition (and of the control subjects), waiting while NATS does not
+// answer; nil and no error when ctx ended first.
+func (p *Processor) openConsumers(ctx context.Context) ([]jetstream.Consumer, error) {
+	stream := p.cfg.Names().Events
 	consumers := make([]jetstream.Consumer, 0, p.cfg.Partitions+1)
 	for part := -1; part < p.cfg.Partitions; part++ {
 		var cons jetstream.Consumer
+		want := p.cfg.ConsumerConfig(part)
 		err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
-			cons, err = p.js.CreateOrUpdateConsumer(ctx, p.cfg.Names().Events, p.cfg.ConsumerConfig(part))
+			cons, err = p.js.CreateOrUpdateConsumer(ctx, stream, want)
 			return err
 		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // asked to stop before it began: nothing to drain
-			}
-			want := p.cfg.ConsumerConfig(part)
-			if old, ierr := p.js.Consumer(ctx, p.cfg.Names().Events, want.Durable); ierr == nil && old.CachedInfo().Config.AckPolicy != want.AckPolicy {
-				stream := p.cfg.Names().Events
-				return fmt.Errorf("processor: consumer %s on %s acknowledges with policy %s, this version with %s, and JetStream cannot change it in place: "+
-					"stop every instance, delete the consumer (nats consumer rm %s %s) and start again; its inputs are delivered again and those applied are skipped: %w",
-					want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
-			}
-			return fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), p.cfg.Names().Events, err)
+		if err == nil {
+			consumers = append(consumers, cons)
+			continue
 		}
-		consumers = append(consumers, cons)
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if old, ierr := p.js.Consumer(ctx, stream, want.Durable); ierr == nil && old.CachedInfo().Config.AckPolicy != want.AckPolicy {
+			return nil, fmt.Errorf("processor: consumer %s on %s acknowledges with policy %s, this version with %s, and JetStream cannot change it in place: "+
+				"stop every instance, delete the consumer (nats consumer rm %s %s) and start again; its inputs are delivered again and those applied are skipped: %w",
+				want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
+		}
+		return nil, fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), stream, err)
 	}
+	return consumers, nil
+}
+
+// startLeases starts taking and renewing partition leases until hard ends
+// or stop is called (stop may be called more than once). No leases and no
+// error when ctx ended before the bucket was read.
+func (p *Processor) startLeases(ctx, hard context.Context) (lease *leases, stop func(), err error) {
 	var kstream jetstream.Stream
-	err := starting(ctx, p.log, p.cfg.StartTimeout, "reading the leases bucket", func(ctx context.Context) (err error) {
+	err = starting(ctx, p.log, p.cfg.StartTimeout, "reading the leases bucket", func(ctx context.Context) (err error) {
 		kstream, err = p.js.Stream(ctx, p.cfg.Names().LeasesStream())
 		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil, nil, nil
 		}
-		return fmt.Errorf("processor: bucket %s: %w", p.cfg.Names().Leases, err)
+		return nil, nil, fmt.Errorf("processor: bucket %s: %w", p.cfg.Names().Leases, err)
 	}
-	lease := newLeases(p.res.Leases, kstream, p.cfg.Names().Leases, p.cfg.Partitions, p.cfg.LeaseTTL, p.log)
+	lease = newLeases(p.res.Leases, kstream, p.cfg.Names().Leases, p.cfg.Partitions, p.cfg.LeaseTTL, p.log)
 	lease.report = func(err error) {
 		if err != nil {
 			p.health.set("leases", fmt.Errorf("the bucket %s does not take this instance's writes: %w", p.cfg.Names().Leases, err))
@@ -281,51 +330,49 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 	}
 	leaseCtx, stopLeases := context.WithCancel(hard)
-	leasesDone := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(leasesDone)
+		defer close(done)
 		lease.run(leaseCtx)
 	}()
-	defer func() {
-		stopLeases()
-		<-leasesDone
-	}()
+	return lease, func() { stopLeases(); <-done }, nil
+}
 
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		p.sweepSpills(hard)
-	}()
-	defer func() { cancel(); <-sweepDone }()
-	storesDone := make(chan struct{})
-	go func() {
-		defer close(storesDone)
-		p.watchStores(hard)
-	}()
-	defer func() { cancel(); <-storesDone }()
-	parkedDone := make(chan struct{})
-	go func() {
-		defer close(parkedDone)
-		p.watchParked(hard)
-	}()
-	defer func() { cancel(); <-parkedDone }()
-	stopRecover := p.serveRecover(ctx, hard) // stops when the drain begins
-	defer stopRecover()
-
-	// The writers of states and verdicts (group.go) outlive every shard:
-	// each waits for their answers.
-	states, verdicts := newWriteGroup(p, true), newWriteGroup(p, false)
-	groupsCtx, stopGroups := context.WithCancel(hard)
-	var groups sync.WaitGroup
-	for _, g := range []*writeGroup{states, verdicts} {
-		groups.Add(1)
+// startWatchers starts the loops beside consuming (the spill sweep, the
+// stores' and the parked sessions' watches) until hard ends; stop cancels
+// hard and waits for them.
+func (p *Processor) startWatchers(hard context.Context, cancel context.CancelFunc) (stop func()) {
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){p.sweepSpills, p.watchStores, p.watchParked} {
+		wg.Add(1)
 		go func() {
-			defer groups.Done()
-			g.run(groupsCtx)
+			defer wg.Done()
+			loop(hard)
 		}()
 	}
-	defer func() { stopGroups(); groups.Wait() }()
+	return func() { cancel(); wg.Wait() }
+}
 
+// startWriteGroups starts the writers of states and of verdicts; stop
+// ends them once nothing waits for them.
+func (p *Processor) startWriteGroups(hard context.Context) (states, verdicts *writeGroup, stop func()) {
+	states, verdicts = newWriteGroup(p, true), newWriteGroup(p, false)
+	ctx, cancel := context.WithCancel(hard)
+	var wg sync.WaitGroup
+	for _, g := range []*writeGroup{states, verdicts} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.run(ctx)
+		}()
+	}
+	return states, verdicts, func() { cancel(); wg.Wait() }
+}
+
+// consume runs a shard goroutine each and a fetcher for each consumer
+// until the fetchers stop (ctx ends, or a failure cancels hard), then
+// lets the shards finish what they hold; it returns the first failure.
+func (p *Processor) consume(ctx, hard context.Context, cancel context.CancelFunc, consumers []jetstream.Consumer, lease *leases, states, verdicts *writeGroup) error {
 	shards := make([]*shard, p.cfg.Shards)
 	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
@@ -360,20 +407,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	// Drained: everything fetched here is acknowledged. Hand the
-	// partitions over now rather than let their leases expire.
-	stopLeases()
-	<-leasesDone
-	if hard.Err() == nil || drainTimedOut.Load() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		lease.releaseAll(rctx)
-		cancel()
-	}
-	p.log.Info("processor stopped")
-	return nil
+	return <-errs
 }
 
 // sweepSpills sweeps the spill bucket for orphaned chunks now and every

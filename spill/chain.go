@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -50,64 +49,30 @@ func (s *Store) Chain(ctx context.Context, name string) ([]events.SpillHandle, e
 	return hs, err
 }
 
-// chainOf reads the infos and handles of name's chain, newest first as it
-// follows the links, and returns them oldest first. On an error it returns
-// the part it read, oldest first as well (the chain's tail, ending at name).
+// chainOf reads the infos and handles of name's chain (events.ChainWalk), and
+// returns them oldest first. On an error it returns the part it read,
+// oldest first as well (the chain's tail, ending at name).
 func (s *Store) chainOf(ctx context.Context, obs jetstream.ObjectStore, name string) ([]*jetstream.ObjectInfo, []events.SpillHandle, error) {
-	var (
-		infos []*jetstream.ObjectInfo
-		hs    []events.SpillHandle
-		seen  = map[string]bool{}
-		limit = s.maxChain()
-		err   error
-	)
-	done := func(e error) ([]*jetstream.ObjectInfo, []events.SpillHandle, error) {
-		slices.Reverse(infos)
-		slices.Reverse(hs)
-		return infos, hs, e
-	}
-	// Each pass adds a name never seen before, and there are at most
-	// limit of them.
-	for next := name; next != ""; {
-		child := ""
-		if len(hs) > 0 {
-			child = hs[len(hs)-1].Name
-		}
-		if seen[next] {
-			return done(fmt.Errorf("%w: %s names %s as its previous spill, which follows it: the chain loops", ErrChain, child, next))
-		}
-		if len(hs) == limit {
-			return done(fmt.Errorf("%w: the chain of %s is longer than %d spills (Store.MaxChain)", ErrChain, name, limit))
-		}
-		seen[next] = true
-		var info *jetstream.ObjectInfo
-		info, err = obs.GetInfo(ctx, next)
+	read := map[string]*jetstream.ObjectInfo{}
+	walk := events.ChainWalk{Max: s.maxChain(), Broken: ErrChain, Get: func(ctx context.Context, next string) (events.SpillHandle, string, error) {
+		info, err := obs.GetInfo(ctx, next)
 		if err != nil {
-			if child == "" {
-				return done(fmt.Errorf("spill: info of %s in bucket %s: %w", next, s.Bucket, err))
-			}
-			return done(fmt.Errorf("%w: %s names %s as its previous spill, and bucket %s cannot give it: %w", ErrChain, child, next, s.Bucket, err))
+			return events.SpillHandle{}, "", fmt.Errorf("spill: info of %s in bucket %s: %w", next, s.Bucket, err)
 		}
-		h, herr := HandleOf(info)
-		if herr != nil {
-			return done(fmt.Errorf("%w: %w", ErrChain, herr))
+		h, err := HandleOf(info)
+		switch {
+		case err != nil && next == name:
+			return events.SpillHandle{}, "", fmt.Errorf("%w: %w", ErrChain, err)
+		case err != nil:
+			return events.SpillHandle{}, "", err // the walk wraps ErrChain
 		}
-		if len(hs) > 0 {
-			c, cinfo := hs[len(hs)-1], infos[len(infos)-1]
-			switch {
-			case info.Metadata[metaSession] != cinfo.Metadata[metaSession]:
-				return done(fmt.Errorf("%w: %s (session %s) names %s of session %s as its previous spill",
-					ErrChain, c.Name, cinfo.Metadata[metaSession], next, info.Metadata[metaSession]))
-			case h.LastSeq >= c.FirstSeq:
-				return done(fmt.Errorf("%w: %s starts at stream sequence %d, but its previous spill %s ends at %d",
-					ErrChain, c.Name, c.FirstSeq, next, h.LastSeq))
-			}
-		}
-		infos, hs = append(infos, info), append(hs, h)
-		next = ""
-		if h.Previous != nil {
-			next = *h.Previous
-		}
+		read[next] = info
+		return h, SessionOf(info), nil
+	}}
+	hs, err := walk.Walk(ctx, name)
+	infos := make([]*jetstream.ObjectInfo, len(hs))
+	for i, h := range hs {
+		infos[i] = read[h.Name]
 	}
-	return done(nil)
+	return infos, hs, err
 }

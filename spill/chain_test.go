@@ -3,7 +3,6 @@ package spill
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -223,12 +222,12 @@ func TestWriteIncrementalFallback(t *testing.T) {
 		{"state purged", func(ctx context.Context, h *harness, prev events.SpillHandle) {
 			info, err := h.store.Info(ctx, prev.Name)
 			require.NoError(t, err)
-			purgeSubject(ctx, t, h, "$O."+Bucket+".C."+info.Metadata[metaStateNUID])
+			purgeSubject(ctx, t, h, ChunkSubject(Bucket, info.Metadata[metaStateNUID]))
 		}},
 		{"state garbled", func(ctx context.Context, h *harness, prev events.SpillHandle) {
 			info, err := h.store.Info(ctx, prev.Name)
 			require.NoError(t, err)
-			subj := "$O." + Bucket + ".C." + info.Metadata[metaStateNUID]
+			subj := ChunkSubject(Bucket, info.Metadata[metaStateNUID])
 			purgeSubject(ctx, t, h, subj)
 			_, err = h.js.Publish(ctx, subj, []byte("not a ledger"))
 			require.NoError(t, err)
@@ -278,7 +277,7 @@ func TestWriteIncrementalFallback(t *testing.T) {
 
 func purgeSubject(ctx context.Context, t *testing.T, h *harness, subj string) {
 	t.Helper()
-	obj, err := h.js.Stream(ctx, "OBJ_"+Bucket)
+	obj, err := h.js.Stream(ctx, StreamName(Bucket))
 	require.NoError(t, err)
 	require.NoError(t, obj.Purge(ctx, jetstream.WithPurgeSubject(subj)))
 }
@@ -288,7 +287,7 @@ func putMeta(ctx context.Context, t *testing.T, h *harness, info *jetstream.Obje
 	t.Helper()
 	meta, err := json.Marshal(info)
 	require.NoError(t, err)
-	m := nats.NewMsg("$O." + Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name)))
+	m := nats.NewMsg(MetaSubject(Bucket, info.Name))
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Data = meta
 	_, err = h.js.PublishMsg(ctx, m)

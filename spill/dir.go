@@ -1,12 +1,12 @@
 package spill
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/seamguard/seamguard/events"
@@ -176,36 +176,14 @@ func (d Dir) Handle(name string) (events.SpillHandle, error) {
 // or size that does not match wraps ErrDigestMismatch (after the bytes
 // were copied). A missing name itself matches fs.ErrNotExist.
 func (d Dir) GetChain(name string, w io.Writer) ([]events.SpillHandle, error) {
-	var hs []events.SpillHandle
-	seen := map[string]bool{}
-	// Each pass adds a name never seen before, and at most
-	// DefaultMaxChain of them.
-	for next := name; next != ""; {
-		if seen[next] {
-			return nil, fmt.Errorf("%w: %s names %s as its previous spill, which follows it: the chain loops", ErrChain, hs[len(hs)-1].Name, next)
-		}
-		if len(hs) == DefaultMaxChain {
-			return nil, fmt.Errorf("%w: the chain of %s is longer than %d spills", ErrChain, name, DefaultMaxChain)
-		}
-		seen[next] = true
+	walk := events.ChainWalk{Max: DefaultMaxChain, Broken: ErrChain, Get: func(_ context.Context, next string) (events.SpillHandle, string, error) {
 		h, err := d.Handle(next)
-		if err != nil {
-			if len(hs) == 0 {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %s names %s as its previous spill: %w", ErrChain, hs[len(hs)-1].Name, next, err)
-		}
-		if len(hs) > 0 && h.LastSeq >= hs[len(hs)-1].FirstSeq {
-			c := hs[len(hs)-1]
-			return nil, fmt.Errorf("%w: %s starts at sequence %d, but its previous spill %s ends at %d", ErrChain, c.Name, c.FirstSeq, next, h.LastSeq)
-		}
-		hs = append(hs, h)
-		next = ""
-		if h.Previous != nil {
-			next = *h.Previous
-		}
+		return h, "", err // a Dir keeps no session
+	}}
+	hs, err := walk.Walk(context.Background(), name)
+	if err != nil {
+		return nil, err
 	}
-	slices.Reverse(hs)
 	for _, h := range hs {
 		n, err := d.Get(h.Name, h.Digest, w)
 		if err != nil {

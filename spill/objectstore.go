@@ -379,9 +379,9 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 			ErrDigestMismatch, req.Name, info.Size, w.Size())
 	}
 	if old != nil && !old.Deleted && old.NUID != info.NUID {
-		s.purgeChunks(ctx, "$O."+s.Bucket+".C."+old.NUID)
+		s.purgeChunks(ctx, ChunkSubject(s.Bucket, old.NUID))
 		if st := old.Metadata[metaStateNUID]; st != "" && st != stateNUID {
-			s.purgeChunks(ctx, "$O."+s.Bucket+".C."+st)
+			s.purgeChunks(ctx, ChunkSubject(s.Bucket, st))
 		}
 	}
 	stored, err := obs.GetInfo(ctx, req.Name)
@@ -681,8 +681,8 @@ func (s *Store) read(ctx context.Context, info *jetstream.ObjectInfo, w io.Write
 	var size uint64
 	var chunks uint32
 	if info.Chunks > 0 {
-		stream := "OBJ_" + info.Bucket
-		subj := "$O." + info.Bucket + ".C." + info.NUID
+		stream := StreamName(info.Bucket)
+		subj := ChunkSubject(info.Bucket, info.NUID)
 		// A reader that sees too few chunks may be answered by a replica
 		// that lags its leader (after a partition heals): the leader says
 		// whether the chunks are gone (a mismatch) or not read yet

@@ -353,7 +353,7 @@ func TestWriteStorageFull(t *testing.T) {
 }
 
 func objStream(ctx context.Context, h *harness) (*jetstream.StreamInfo, error) {
-	s, err := h.js.Stream(ctx, "OBJ_"+Bucket)
+	s, err := h.js.Stream(ctx, StreamName(Bucket))
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +370,7 @@ type flakyJS struct {
 }
 
 func (f flakyJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	if strings.HasPrefix(m.Subject, "$O."+Bucket+".C.") {
+	if strings.HasPrefix(m.Subject, ChunkPrefix(Bucket)) {
 		if err := f.fail(f.n.Add(1)); err != nil {
 			return nil, err
 		}
@@ -488,7 +488,7 @@ func TestGetDetectsDigestMismatch(t *testing.T) {
 	info.Digest = "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
 	meta, err := json.Marshal(info)
 	require.NoError(t, err)
-	m := nats.NewMsg("$O." + Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(hd.Name)))
+	m := nats.NewMsg(MetaSubject(Bucket, hd.Name))
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Data = meta
 	_, err = h.js.PublishMsg(ctx, m)
@@ -515,9 +515,9 @@ func TestGetDetectsMissingChunk(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, info.Chunks, uint32(2))
 
-	obj, err := h.js.Stream(ctx, "OBJ_"+Bucket)
+	obj, err := h.js.Stream(ctx, StreamName(Bucket))
 	require.NoError(t, err)
-	last, err := obj.GetLastMsgForSubject(ctx, "$O."+Bucket+".C."+info.NUID)
+	last, err := obj.GetLastMsgForSubject(ctx, ChunkSubject(Bucket, info.NUID))
 	require.NoError(t, err)
 	require.NoError(t, obj.DeleteMsg(ctx, last.Sequence))
 
@@ -556,7 +556,7 @@ type swapJS struct {
 }
 
 func (f *swapJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	if !strings.HasPrefix(m.Subject, "$O."+Bucket+".C.") {
+	if !strings.HasPrefix(m.Subject, ChunkPrefix(Bucket)) {
 		return f.JetStream.PublishMsgAsync(m, opts...)
 	}
 	switch f.n.Add(1) {

@@ -3,7 +3,6 @@ package spill
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,7 +80,7 @@ const maxChunks = putWindow + 3
 
 func newObjectWriter(ctx context.Context, js jetstream.JetStream, bucket, nuid string, size int) *objectWriter {
 	o := &objectWriter{
-		ctx: ctx, js: js, stream: "OBJ_" + bucket, subject: "$O." + bucket + ".C." + nuid, size: size,
+		ctx: ctx, js: js, stream: StreamName(bucket), subject: ChunkSubject(bucket, nuid), size: size,
 		buf: make([]byte, 0, size), made: 1, h: sha256.New(),
 		full: make(chan []byte, 1), free: make(chan []byte, maxChunks), done: make(chan struct{}),
 	}
@@ -293,11 +292,11 @@ func (s *Store) putInfo(ctx context.Context, obs jetstream.ObjectStore, info *je
 	if err != nil {
 		return permanent(fmt.Errorf("spill: encode the info of %s: %w", info.Name, err))
 	}
-	msg := nats.NewMsg("$O." + s.Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name)))
+	msg := nats.NewMsg(MetaSubject(s.Bucket, info.Name))
 	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	msg.Data = data
 	pctx, cancel := context.WithTimeout(ctx, ackWait)
-	_, err = s.JS.PublishMsg(pctx, msg, jetstream.WithExpectStream("OBJ_"+s.Bucket))
+	_, err = s.JS.PublishMsg(pctx, msg, jetstream.WithExpectStream(StreamName(s.Bucket)))
 	cancel()
 	if err == nil {
 		return nil
@@ -320,7 +319,7 @@ func (s *Store) putInfo(ctx context.Context, obs jetstream.ObjectStore, info *je
 func (s *Store) purgeChunks(ctx context.Context, subject string) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackWait)
 	defer cancel()
-	str, err := s.JS.Stream(pctx, "OBJ_"+s.Bucket)
+	str, err := s.JS.Stream(pctx, StreamName(s.Bucket))
 	if err == nil {
 		_ = str.Purge(pctx, jetstream.WithPurgeSubject(subject))
 	}

@@ -48,14 +48,11 @@ func (s *Store) registrationTTL() time.Duration {
 	return DefaultRegistrationTTL
 }
 
-// chunkPrefix is the start of every chunk subject of the bucket.
-func chunkPrefix(bucket string) string { return "$O." + bucket + ".C." }
-
 // registrationSubject is where a write whose object chunks are on
 // $O.<bucket>.C.<nuid> registers: a subject below the chunks' own, which
 // nothing of the object store reads.
 func registrationSubject(bucket, nuid string) string {
-	return chunkPrefix(bucket) + nuid + ".writing"
+	return ChunkPrefix(bucket) + nuid + ".writing"
 }
 
 // registrationBody is what a registration holds: the spill's name and the
@@ -106,7 +103,7 @@ func (r *registration) publish(ctx context.Context) error {
 	msg.Data = r.body
 	pctx, cancel := context.WithTimeout(ctx, ackWait)
 	defer cancel()
-	_, err := r.s.JS.PublishMsg(pctx, msg, jetstream.WithExpectStream("OBJ_"+r.s.Bucket))
+	_, err := r.s.JS.PublishMsg(pctx, msg, jetstream.WithExpectStream(StreamName(r.s.Bucket)))
 	return err
 }
 
@@ -200,7 +197,7 @@ func (s *Store) SweepOrphans(ctx context.Context, minAge time.Duration) (SweepRe
 	}
 	rctx, cancel := context.WithTimeout(ctx, sweepWait)
 	defer cancel()
-	str, err := s.JS.Stream(rctx, "OBJ_"+s.Bucket)
+	str, err := s.JS.Stream(rctx, StreamName(s.Bucket))
 	if err != nil {
 		return fail("open its stream", err)
 	}
@@ -213,7 +210,7 @@ func (s *Store) SweepOrphans(ctx context.Context, minAge time.Duration) (SweepRe
 	// removes its registration only once its info is stored: so every
 	// chunk subject listed first is, by the time the registrations and
 	// then the infos are read, named by one of them, or no longer needed.
-	prefix := chunkPrefix(s.Bucket)
+	prefix := ChunkPrefix(s.Bucket)
 	si, err := str.Info(rctx, jetstream.WithSubjectFilter(prefix+">"))
 	if err != nil {
 		return fail("list its chunk subjects", err)

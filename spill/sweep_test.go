@@ -19,9 +19,9 @@ import (
 // registrations returns the registrations in the bucket, by subject.
 func registrations(ctx context.Context, t *testing.T, h *harness) map[string]registrationBody {
 	t.Helper()
-	obj, err := h.js.Stream(ctx, "OBJ_"+Bucket)
+	obj, err := h.js.Stream(ctx, StreamName(Bucket))
 	require.NoError(t, err)
-	si, err := obj.Info(ctx, jetstream.WithSubjectFilter(chunkPrefix(Bucket)+"*.writing"))
+	si, err := obj.Info(ctx, jetstream.WithSubjectFilter(ChunkPrefix(Bucket)+"*.writing"))
 	require.NoError(t, err)
 	out := map[string]registrationBody{}
 	for subj := range si.State.Subjects {
@@ -37,9 +37,9 @@ func registrations(ctx context.Context, t *testing.T, h *harness) map[string]reg
 // chunksOn counts the messages on the chunk subject of nuid.
 func chunksOn(ctx context.Context, t *testing.T, h *harness, nuid string) uint64 {
 	t.Helper()
-	obj, err := h.js.Stream(ctx, "OBJ_"+Bucket)
+	obj, err := h.js.Stream(ctx, StreamName(Bucket))
 	require.NoError(t, err)
-	subj := chunkPrefix(Bucket) + nuid
+	subj := ChunkPrefix(Bucket) + nuid
 	si, err := obj.Info(ctx, jetstream.WithSubjectFilter(subj))
 	require.NoError(t, err)
 	return si.State.Subjects[subj]

@@ -515,36 +515,11 @@ func (p *publisher) message(ev *events.Event, line []byte) (*nats.Msg, error) {
 		case "datacontenttype":
 			ct = s
 		default:
-			m.Header.Set("ce-"+name, percentEncode(s))
+			m.Header.Set("ce-"+name, events.PercentEncode(s))
 		}
 	}
 	m.Header.Set("Content-Type", ct)
 	return m, nil
-}
-
-// percentEncode escapes a header value as the CloudEvents NATS binding (as
-// its HTTP binding) asks: every byte outside printable ASCII, space, '"' and
-// '%' as %XX.
-func percentEncode(s string) string {
-	clean := func(c byte) bool { return c > 0x20 && c < 0x7f && c != '"' && c != '%' }
-	i := 0
-	for i < len(s) && clean(s[i]) {
-		i++
-	}
-	if i == len(s) {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+16)
-	b = append(b, s[:i]...)
-	for ; i < len(s); i++ {
-		if c := s[i]; clean(c) {
-			b = append(b, c)
-		} else {
-			b = append(b, '%', hex[c>>4], hex[c&15])
-		}
-	}
-	return string(b)
 }
 
 // send publishes m with Nats-Msg-Id msgID (events.MsgID of its source and
