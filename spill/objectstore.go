@@ -280,15 +280,29 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 		return events.SpillHandle{}, fmt.Errorf("spill: read the info of %s in bucket %s: %w", req.Name, s.Bucket, err)
 	}
 	rp := s.plan(ctx, obs, req)
+	a := &attempt{s: s, ctx: ctx, req: req, obs: obs, info: s.newInfo(req), stateNUID: nuid.Next()}
+	reg, err := s.register(ctx, req.Name, a.info.NUID, a.stateNUID)
+	if err != nil {
+		return events.SpillHandle{}, err
+	}
+	h, err := a.put(rp, reg)
+	if err != nil {
+		a.abandon(reg)
+		if a.putErr != nil && ctx.Err() == nil {
+			return events.SpillHandle{}, fmt.Errorf("spill: put %s into bucket %s: %w", req.Name, s.Bucket, a.putErr)
+		}
+		return events.SpillHandle{}, err
+	}
+	reg.end(ctx, true)
+	if err := s.check(ctx, a, old); err != nil {
+		return events.SpillHandle{}, err
+	}
+	return h, nil
+}
 
-	// The transcript goes straight from the stream into chunks, each
-	// published as it fills with at most putWindow awaiting their acks;
-	// the replay's state follows in chunks of its own, and the info only
-	// once every chunk is stored. Whatever fails before that purges the
-	// chunks sent, so the bucket never holds an info that names missing
-	// chunks, nor chunks no info names. The write is registered meanwhile,
-	// so that SweepOrphans leaves its chunks alone.
-	size := s.chunkSize()
+// newInfo is the info of req's spill, before its chunks are written: a
+// new NUID for them, and the metadata of the request.
+func (s *Store) newInfo(req ledger.SpillRequest) *jetstream.ObjectInfo {
 	info := &jetstream.ObjectInfo{
 		ObjectMeta: jetstream.ObjectMeta{
 			Name:        req.Name,
@@ -301,7 +315,7 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 				metaFirstSeq:   strconv.FormatUint(req.FirstSeq, 10),
 				metaLastSeq:    strconv.FormatUint(req.LastSeq, 10),
 			},
-			Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(size)},
+			Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(s.chunkSize())},
 		},
 		Bucket: s.Bucket,
 		NUID:   nuid.Next(),
@@ -310,99 +324,125 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 		info.Description += ", after " + req.Previous
 		info.Metadata[metaPrevious] = req.Previous
 	}
-	stateNUID := nuid.Next()
-	reg, err := s.register(ctx, req.Name, info.NUID, stateNUID)
+	return info
+}
+
+// attempt is one write of a spill while its chunks are put.
+type attempt struct {
+	s         *Store
+	ctx       context.Context
+	req       ledger.SpillRequest
+	obs       jetstream.ObjectStore
+	info      *jetstream.ObjectInfo
+	stateNUID string        // the NUID of the replay state's chunks
+	ow, sw    *objectWriter // the transcript's chunks, the state's
+	w         *Writer       // what the transcript's chunks are written through
+	putErr    error         // the bucket's failure, which a write's error wraps
+}
+
+// put writes the transcript straight from the stream into chunks, each
+// published as it fills with at most putWindow awaiting their acks; the
+// replay's state follows in chunks of its own, and the info only once
+// every chunk is stored. The write is registered meanwhile (reg), so that
+// SweepOrphans leaves its chunks alone. On an error the caller abandons
+// the attempt.
+func (a *attempt) put(rp *replay, reg *registration) (events.SpillHandle, error) {
+	s, req, info := a.s, a.req, a.info
+	size := s.chunkSize()
+	a.ow = newObjectWriter(a.ctx, s.JS, s.Bucket, info.NUID, size)
+	a.w = &Writer{w: a.ow, max: req.MaxBytes}
+	err := s.produce(a.ctx, req, rp, a.w)
+	if err == nil {
+		err = a.ow.close()
+	}
+	a.putErr = a.ow.err
 	if err != nil {
 		return events.SpillHandle{}, err
 	}
-	ow := newObjectWriter(ctx, s.JS, s.Bucket, info.NUID, size)
-	var sw *objectWriter // the state's chunks
-	w := &Writer{w: ow, max: req.MaxBytes}
-	err = s.produce(ctx, req, rp, w)
-	if err == nil {
-		err = ow.close()
+	info.Size, info.Chunks, info.Digest = a.ow.total, a.ow.chunks, a.ow.digest()
+	if idx := a.ow.seqs.String(); idx != "" {
+		info.Metadata[metaChunkSeqs] = idx
 	}
-	putErr := ow.err // the bucket's failure, which a write's error wraps
-	var h events.SpillHandle
-	if err == nil {
-		info.Size, info.Chunks, info.Digest = ow.total, ow.chunks, ow.digest()
-		if idx := ow.seqs.String(); idx != "" {
-			info.Metadata[metaChunkSeqs] = idx
-		}
-		h = events.SpillHandle{
-			Bucket: s.Bucket, Name: req.Name, Digest: info.Digest, Size: info.Size,
-			Range: req.Range, Events: w.Events(), FirstSeq: req.FirstSeq, LastSeq: req.LastSeq,
-		}
-		if req.Previous != "" {
-			prev := req.Previous
-			h.Previous = &prev
-		}
-		var state []byte
-		if state, err = rp.finish(h, s.Ledger); err == nil {
-			sw = newObjectWriter(ctx, s.JS, s.Bucket, stateNUID, size)
-			if _, err = sw.Write(state); err == nil {
-				err = sw.close()
-			}
-			putErr = sw.err
-		}
+	h := events.SpillHandle{
+		Bucket: s.Bucket, Name: req.Name, Digest: info.Digest, Size: info.Size,
+		Range: req.Range, Events: a.w.Events(), FirstSeq: req.FirstSeq, LastSeq: req.LastSeq,
 	}
-	if err == nil {
-		info.Metadata[metaStateNUID] = stateNUID
-		info.Metadata[metaStateChunks] = strconv.FormatUint(uint64(sw.chunks), 10)
-		info.Metadata[metaStateSize] = strconv.FormatUint(sw.total, 10)
-		info.Metadata[metaStateDigest] = sw.digest()
-		info.Metadata[metaStateSeq] = strconv.FormatUint(req.LastSeq, 10)
-		err = reg.lapsed()
+	if req.Previous != "" {
+		prev := req.Previous
+		h.Previous = &prev
 	}
-	if err == nil {
-		putErr = s.putInfo(ctx, obs, info)
-		err = putErr
-	}
+	state, err := rp.finish(h, s.Ledger)
 	if err != nil {
-		for _, o := range []*objectWriter{ow, sw} {
-			if o != nil {
-				o.abandon()
-				if !s.crash {
-					s.purgeChunks(ctx, o.subject)
-				}
-			}
-		}
-		reg.end(ctx, !s.crash)
-		if putErr != nil && ctx.Err() == nil {
-			return events.SpillHandle{}, fmt.Errorf("spill: put %s into bucket %s: %w", req.Name, s.Bucket, putErr)
-		}
 		return events.SpillHandle{}, err
 	}
-	reg.end(ctx, true)
-	if info.Size != w.Size() {
-		return events.SpillHandle{}, fmt.Errorf("%w: put %s stored %d bytes, but %d bytes were written",
-			ErrDigestMismatch, req.Name, info.Size, w.Size())
+	a.sw = newObjectWriter(a.ctx, s.JS, s.Bucket, a.stateNUID, size)
+	if _, err = a.sw.Write(state); err == nil {
+		err = a.sw.close()
+	}
+	a.putErr = a.sw.err
+	if err != nil {
+		return events.SpillHandle{}, err
+	}
+	info.Metadata[metaStateNUID] = a.stateNUID
+	info.Metadata[metaStateChunks] = strconv.FormatUint(uint64(a.sw.chunks), 10)
+	info.Metadata[metaStateSize] = strconv.FormatUint(a.sw.total, 10)
+	info.Metadata[metaStateDigest] = a.sw.digest()
+	info.Metadata[metaStateSeq] = strconv.FormatUint(req.LastSeq, 10)
+	if err := reg.lapsed(); err != nil {
+		return events.SpillHandle{}, err
+	}
+	a.putErr = s.putInfo(a.ctx, a.obs, info)
+	return h, a.putErr
+}
+
+// abandon purges the chunks an attempt that failed sent (unless the
+// store simulates a crash), so that the bucket never holds an info that
+// names missing chunks, nor chunks no info names, and ends its
+// registration.
+func (a *attempt) abandon(reg *registration) {
+	for _, o := range []*objectWriter{a.ow, a.sw} {
+		if o != nil {
+			o.abandon()
+			if !a.s.crash {
+				a.s.purgeChunks(a.ctx, o.subject)
+			}
+		}
+	}
+	reg.end(a.ctx, !a.s.crash)
+}
+
+// check finishes a spill put: its size is what was written, the chunks of
+// the name's object before it (old) are purged, and the bucket holds the
+// spill written (read back whole with Verify).
+func (s *Store) check(ctx context.Context, a *attempt, old *jetstream.ObjectInfo) error {
+	req, info := a.req, a.info
+	if info.Size != a.w.Size() {
+		return fmt.Errorf("%w: put %s stored %d bytes, but %d bytes were written",
+			ErrDigestMismatch, req.Name, info.Size, a.w.Size())
 	}
 	if old != nil && !old.Deleted && old.NUID != info.NUID {
 		s.purgeChunks(ctx, ChunkSubject(s.Bucket, old.NUID))
-		if st := old.Metadata[metaStateNUID]; st != "" && st != stateNUID {
+		if st := old.Metadata[metaStateNUID]; st != "" && st != a.stateNUID {
 			s.purgeChunks(ctx, ChunkSubject(s.Bucket, st))
 		}
 	}
-	stored, err := obs.GetInfo(ctx, req.Name)
+	stored, err := a.obs.GetInfo(ctx, req.Name)
 	if err != nil {
-		return events.SpillHandle{}, fmt.Errorf("spill: read back info of %s: %w", req.Name, err)
+		return fmt.Errorf("spill: read back info of %s: %w", req.Name, err)
 	}
 	// Another writer of the same spill (an instance that lost the session
 	// while it spilled) may have put it again since: the same name, size
 	// and digest are the same transcript, and what the handle names.
 	if stored.Digest != info.Digest || stored.Size != info.Size {
-		return events.SpillHandle{}, fmt.Errorf("%w: bucket %s holds %s with %d bytes and digest %s, but %d bytes with digest %s were written (was it overwritten?)",
+		return fmt.Errorf("%w: bucket %s holds %s with %d bytes and digest %s, but %d bytes with digest %s were written (was it overwritten?)",
 			ErrDigestMismatch, s.Bucket, req.Name, stored.Size, stored.Digest, info.Size, info.Digest)
 	}
 	if s.Verify {
 		// stored is the version just put, and its digest is w's: reading
 		// it back whole proves the bytes in the bucket are the ones written.
-		if err := s.read(ctx, stored, io.Discard); err != nil {
-			return events.SpillHandle{}, err
-		}
+		return s.read(ctx, stored, io.Discard)
 	}
-	return h, nil
+	return nil
 }
 
 // checkEnds makes sure the transcript's last event, and for a chain's
@@ -456,47 +496,11 @@ func (s *Store) behind(ctx context.Context, str jetstream.Stream, seq uint64) bo
 // rp starts the replay to req.LastSeq, replays each through rp's shadow
 // ledger and writes to w the accepted ones from req.FirstSeq on.
 func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay, w *Writer) error {
-	cc := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    s.Subjects.SessionFilters(req.Session),
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       rp.from,
-		InactiveThreshold: time.Minute,
-		MaxResetAttempts:  3,
-	}
-	if rp.from == 0 {
-		cc.DeliverPolicy = jetstream.DeliverAllPolicy
-	}
-	cons, err := s.JS.OrderedConsumer(ctx, s.Stream, cc)
+	it, stop, err := s.transcript(ctx, req, rp)
 	if err != nil {
-		return fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
+		return err
 	}
-	defer s.dropConsumer(ctx, s.Stream, cons)
-	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-		// The consumer sees nothing, but it may sit on a replica that lags
-		// its leader (after a partition heals): only the leader can say
-		// that the events are gone.
-		str, serr := s.JS.Stream(ctx, s.Stream)
-		if serr == nil {
-			serr = s.checkEnds(ctx, str, req)
-		}
-		if errors.Is(serr, ErrIncomplete) {
-			return fmt.Errorf("stream %s holds no event of session %s from sequence %d on (aged out or purged): %w",
-				s.Stream, req.Session, max(rp.from, 1), serr)
-		}
-		return fmt.Errorf("%w: the reader of stream %s sees no event of session %s from sequence %d on, but the stream's leader does not say they are gone (%v)",
-			ErrUnavailable, s.Stream, req.Session, max(rp.from, 1), serr)
-	}
-	// At most 256 events buffered, and each pull asks for at most 1 MiB (or
-	// the largest message, so that none stalls it), so a pull answers with a
-	// few hundred KiB of small events, or one big one. (PullMaxBytes alone
-	// would allocate a channel for a million messages.)
-	pull := max(1<<20, int(s.JS.Conn().MaxPayload()))
-	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(256, pull))
-	if err != nil {
-		return fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
-	}
-	defer it.Stop()
-
+	defer stop()
 	var (
 		last uint64 // stream sequence of the last event read
 		line []byte // each event's encoding, in one reused buffer
@@ -513,15 +517,8 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 			return fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
 		}
 		seq := md.Sequence.Stream
-		switch {
-		case last == 0 && rp.first && seq != rp.from:
-			return fmt.Errorf("%w: session %s's first event at stream sequence %d is no longer in stream %s; its oldest remaining event is at %d%s",
-				ErrIncomplete, req.Session, rp.from, s.Stream, seq, rp.because())
-		case seq > req.LastSeq:
-			return fmt.Errorf("%w: session %s's compaction request at stream sequence %d is no longer in stream %s; the next event read is at %d",
-				ErrIncomplete, req.Session, req.LastSeq, s.Stream, seq)
-		case seq <= last:
-			return fmt.Errorf("spill: read stream %s: sequence %d after %d", s.Stream, seq, last)
+		if err := s.inOrder(req, rp, seq, last); err != nil {
+			return err
 		}
 		last = seq
 		out := w
@@ -532,17 +529,7 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 			return err
 		}
 		if seq < req.LastSeq && md.NumPending == 0 {
-			// The consumer sees nothing more, but it may sit on a replica
-			// that lags: only the stream's leader can say the end is gone.
-			str, serr := s.JS.Stream(ctx, s.Stream)
-			if serr == nil {
-				serr = s.checkEnds(ctx, str, req)
-			}
-			if errors.Is(serr, ErrIncomplete) {
-				return serr
-			}
-			return fmt.Errorf("%w: the reader of stream %s sees no event of session %s after sequence %d, but the transcript ends at %d and the stream still holds it",
-				ErrUnavailable, s.Stream, req.Session, seq, req.LastSeq)
+			return s.cutShort(ctx, req, seq)
 		}
 	}
 	// Checked before the last chunk goes out, so that no info is ever
@@ -552,6 +539,88 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 			ErrIncomplete, s.Stream, w.Events(), req.Session, req.FirstSeq, req.LastSeq, req.Events, rp.because())
 	}
 	return nil
+}
+
+// transcript opens an ordered consumer of the session's events from where
+// rp starts the replay, and its message iterator; stop closes both.
+func (s *Store) transcript(ctx context.Context, req ledger.SpillRequest, rp *replay) (it jetstream.MessagesContext, stop func(), err error) {
+	cc := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    s.Subjects.SessionFilters(req.Session),
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       rp.from,
+		InactiveThreshold: time.Minute,
+		MaxResetAttempts:  3,
+	}
+	if rp.from == 0 {
+		cc.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	cons, err := s.JS.OrderedConsumer(ctx, s.Stream, cc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
+	}
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		s.dropConsumer(ctx, s.Stream, cons)
+		return nil, nil, s.noneSeen(ctx, req, rp)
+	}
+	// At most 256 events buffered, and each pull asks for at most 1 MiB (or
+	// the largest message, so that none stalls it), so a pull answers with a
+	// few hundred KiB of small events, or one big one. (PullMaxBytes alone
+	// would allocate a channel for a million messages.)
+	pull := max(1<<20, int(s.JS.Conn().MaxPayload()))
+	it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(256, pull))
+	if err != nil {
+		s.dropConsumer(ctx, s.Stream, cons)
+		return nil, nil, fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
+	}
+	return it, func() { it.Stop(); s.dropConsumer(ctx, s.Stream, cons) }, nil
+}
+
+// noneSeen is the failure of a transcript whose reader sees no event: the
+// consumer may sit on a replica that lags its leader (after a partition
+// heals), and only the leader can say that the events are gone.
+func (s *Store) noneSeen(ctx context.Context, req ledger.SpillRequest, rp *replay) error {
+	str, err := s.JS.Stream(ctx, s.Stream)
+	if err == nil {
+		err = s.checkEnds(ctx, str, req)
+	}
+	if errors.Is(err, ErrIncomplete) {
+		return fmt.Errorf("stream %s holds no event of session %s from sequence %d on (aged out or purged): %w",
+			s.Stream, req.Session, max(rp.from, 1), err)
+	}
+	return fmt.Errorf("%w: the reader of stream %s sees no event of session %s from sequence %d on, but the stream's leader does not say they are gone (%v)",
+		ErrUnavailable, s.Stream, req.Session, max(rp.from, 1), err)
+}
+
+// inOrder checks the stream sequence seq of the event read after last: the
+// first is where the replay starts when that is the session's first event,
+// none is past the request, and each is after the one before.
+func (s *Store) inOrder(req ledger.SpillRequest, rp *replay, seq, last uint64) error {
+	switch {
+	case last == 0 && rp.first && seq != rp.from:
+		return fmt.Errorf("%w: session %s's first event at stream sequence %d is no longer in stream %s; its oldest remaining event is at %d%s",
+			ErrIncomplete, req.Session, rp.from, s.Stream, seq, rp.because())
+	case seq > req.LastSeq:
+		return fmt.Errorf("%w: session %s's compaction request at stream sequence %d is no longer in stream %s; the next event read is at %d",
+			ErrIncomplete, req.Session, req.LastSeq, s.Stream, seq)
+	case seq <= last:
+		return fmt.Errorf("spill: read stream %s: sequence %d after %d", s.Stream, seq, last)
+	}
+	return nil
+}
+
+// cutShort is the failure of a transcript whose reader sees nothing after
+// seq, before its end: the consumer may sit on a replica that lags, and
+// only the stream's leader can say the end is gone.
+func (s *Store) cutShort(ctx context.Context, req ledger.SpillRequest, seq uint64) error {
+	str, err := s.JS.Stream(ctx, s.Stream)
+	if err == nil {
+		err = s.checkEnds(ctx, str, req)
+	}
+	if errors.Is(err, ErrIncomplete) {
+		return err
+	}
+	return fmt.Errorf("%w: the reader of stream %s sees no event of session %s after sequence %d, but the transcript ends at %d and the stream still holds it",
+		ErrUnavailable, s.Stream, req.Session, seq, req.LastSeq)
 }
 
 // next waits for the next message, at most readIdle at a time. When that
