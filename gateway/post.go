@@ -277,17 +277,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) ([]item, string, i
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	msg := cehttp.NewMessageFromHttpRequest(r)
 	defer func() { _ = msg.Finish(nil) }()
-	tooLarge := func(err error) (int, error) {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			what := "an event"
-			if batch {
-				what = "a batch"
-			}
-			return http.StatusRequestEntityTooLarge, fmt.Errorf("gateway: the request body is over %d bytes, the most %s may take here (events are bounded like NATS messages: the server's max_payload); shorten the event (a turn's content may be a reference to the full text) or split the batch", mb.Limit, what)
-		}
-		return http.StatusBadRequest, fmt.Errorf("gateway: cannot read the request body: %w", err)
-	}
+	tooLarge := func(err error) (int, error) { return bodyFailure(err, batch) }
 	switch enc := msg.ReadEncoding(); enc {
 	case binding.EncodingBinary:
 		c := &collector{header: nats.Header{}}
@@ -313,30 +303,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) ([]item, string, i
 		h["Content-Type"] = []string{r.Header.Get("Content-Type")}
 		return []item{{header: h, body: c.body}}, "structured", 0, nil
 	case binding.EncodingBatch:
-		body, err := io.ReadAll(msg.BodyReader)
-		if err != nil {
-			st, err := tooLarge(err)
-			return nil, "batch", st, err
-		}
-		var raws []json.RawMessage
-		if err := json.Unmarshal(body, &raws); err != nil {
-			e := events.Errorf(events.CodeMalformed, "", "a batch (%s) must be a JSON array of structured CloudEvents: %v", r.Header.Get("Content-Type"), err)
-			rej := rejection(-1, e, "", "", events.Meta{})
-			return nil, "batch", 0, &rej
-		}
-		if len(raws) == 0 {
-			e := events.Errorf(events.CodeMalformed, "", "the batch is empty; send at least one event")
-			rej := rejection(-1, e, "", "", events.Meta{})
-			return nil, "batch", 0, &rej
-		}
-		if len(raws) > s.cfg.MaxBatchEvents {
-			return nil, "batch", http.StatusRequestEntityTooLarge, fmt.Errorf("gateway: the batch holds %d events, more than the %d one batch may; split it", len(raws), s.cfg.MaxBatchEvents)
-		}
-		items := make([]item, len(raws))
-		for i, raw := range raws {
-			items[i] = item{header: nats.Header{"Content-Type": {events.ContentTypeCloudEventsJSON}}, body: raw}
-		}
-		return items, "batch", 0, nil
+		items, st, err := s.readBatch(r, msg)
+		return items, "batch", st, err
 	default:
 		// Not a CloudEvent the binding recognises (no or an unknown
 		// ce-specversion, no CloudEvents media type): decoded as the same
@@ -357,6 +325,50 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) ([]item, string, i
 		}
 		return []item{{header: h, body: body}}, mode, 0, nil
 	}
+}
+
+// bodyFailure is the status and error of a request body that could not be
+// read: 413 past its bound (of a batch when batch), 400 otherwise.
+func bodyFailure(err error, batch bool) (int, error) {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		what := "an event"
+		if batch {
+			what = "a batch"
+		}
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("gateway: the request body is over %d bytes, the most %s may take here (events are bounded like NATS messages: the server's max_payload); shorten the event (a turn's content may be a reference to the full text) or split the batch", mb.Limit, what)
+	}
+	return http.StatusBadRequest, fmt.Errorf("gateway: cannot read the request body: %w", err)
+}
+
+// readBatch takes a batch (a JSON array of structured events) apart into
+// one item each; a batch that is not one is rejected, one of too many
+// events refused (413).
+func (s *Server) readBatch(r *http.Request, msg *cehttp.Message) ([]item, int, error) {
+	body, err := io.ReadAll(msg.BodyReader)
+	if err != nil {
+		st, err := bodyFailure(err, true)
+		return nil, st, err
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(body, &raws); err != nil {
+		e := events.Errorf(events.CodeMalformed, "", "a batch (%s) must be a JSON array of structured CloudEvents: %v", r.Header.Get("Content-Type"), err)
+		rej := rejection(-1, e, "", "", events.Meta{})
+		return nil, 0, &rej
+	}
+	if len(raws) == 0 {
+		e := events.Errorf(events.CodeMalformed, "", "the batch is empty; send at least one event")
+		rej := rejection(-1, e, "", "", events.Meta{})
+		return nil, 0, &rej
+	}
+	if len(raws) > s.cfg.MaxBatchEvents {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("gateway: the batch holds %d events, more than the %d one batch may; split it", len(raws), s.cfg.MaxBatchEvents)
+	}
+	items := make([]item, len(raws))
+	for i, raw := range raws {
+		items[i] = item{header: nats.Header{"Content-Type": {events.ContentTypeCloudEventsJSON}}, body: raw}
+	}
+	return items, 0, nil
 }
 
 // nameOf is the NATS header name of a lower-case HTTP header name.
