@@ -96,37 +96,16 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 	}
 	defer os.Remove(journal.Name())
 	defer journal.Close()
-	var jsize int64
-
-	sessions := map[string]*session{}
-	var sum Summary
-	out := bufio.NewWriter(r.Out)
-	emit := func(outs []events.Output, s *session) error {
-		for _, o := range outs {
-			_, _, body, err := r.Encoder.Encode(o)
-			if err != nil {
-				return fmt.Errorf("offline: %w", err)
-			}
-			out.Write(body)
-			if err := out.WriteByte('\n'); err != nil {
-				return fmt.Errorf("offline: write output: %w", err)
-			}
-			if s != nil {
-				s.count(o)
-			}
-		}
-		return nil
-	}
-
+	x := &run{r: r, journal: journal, sessions: map[string]*session{}, out: bufio.NewWriter(r.Out)}
 	br := bufio.NewReaderSize(in, 64<<10)
 	var lineNo uint64
 	for {
 		if err := ctx.Err(); err != nil {
-			return sum, err
+			return x.sum, err
 		}
 		line, tooLong, err := readLine(br)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return sum, fmt.Errorf("offline: read input: %w", err)
+			return x.sum, fmt.Errorf("offline: read input: %w", err)
 		}
 		eof := errors.Is(err, io.EOF)
 		if len(bytes.TrimSpace(line)) == 0 && !tooLong {
@@ -137,93 +116,149 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 			continue
 		}
 		lineNo++
-		sum.Lines++
-		meta := events.Meta{Seq: lineNo, Headers: map[string][]string{}}
-		var ev *events.Event
-		var derr error
-		if tooLong {
-			derr = events.Errorf(events.CodeMalformed, "", "line %d is longer than %d bytes; split the transcript or shorten the event", lineNo, MaxLine)
-		} else {
-			ev, derr = events.DecodeJSON(line, meta)
-			if derr == nil {
-				// The file is the operator's own: a session.resumed in it
-				// counts as arriving on the control subject.
-				_, ev.Meta.Control = ev.Body.(*events.SessionResumed)
-			}
-		}
-		if derr != nil {
-			var e *events.Error
-			if !errors.As(derr, &e) {
-				e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
-			}
-			sess := sessionHint(line)
-			if sess == "" {
-				sum.Rejected++
-			} else {
-				s := sessions[sess]
-				if s == nil {
-					s = &session{sum: SessionSummary{Session: sess}}
-					sessions[sess] = s
-				}
-				s.sum.Events++
-				s.sum.Rejected++
-			}
-			cause := events.Cause{Meta: meta}
-			if !tooLong {
-				cause.ReadID = events.ReadableID(nil, line)
-			}
-			if err := emit([]events.Output{ledger.Rejection(cause, sess, e)}, nil); err != nil {
-				return sum, err
-			}
-		} else {
-			s := sessions[ev.Subject]
-			if s == nil {
-				s = &session{sum: SessionSummary{Session: ev.Subject}}
-				sessions[ev.Subject] = s
-			}
-			s.sum.Events++
-			res, err := ledger.Step(&s.l, ledger.Input{Event: ev}, r.Config)
-			if err != nil {
-				return sum, fmt.Errorf("offline: line %d: %w", lineNo, err)
-			}
-			switch {
-			case res.Duplicate:
-				s.sum.Duplicates++
-			case res.Accepted:
-				s.sum.Accepted++
-				enc, err := events.MarshalStructured(ev)
-				if err != nil {
-					return sum, fmt.Errorf("offline: line %d: %w", lineNo, err)
-				}
-				enc = append(enc, '\n')
-				if _, err := journal.Write(enc); err != nil {
-					return sum, fmt.Errorf("offline: journal: %w", err)
-				}
-				s.lines = append(s.lines, span{off: jsize, n: int64(len(enc)), seq: lineNo})
-				jsize += int64(len(enc))
-			}
-			if err := emit(res.Outputs, s); err != nil {
-				return sum, err
-			}
-			if res.Spill != nil {
-				result := r.spill(journal, s, res.Spill)
-				res, err = ledger.Step(&s.l, ledger.Input{Spill: &result}, r.Config)
-				if err != nil {
-					return sum, fmt.Errorf("offline: line %d: %w", lineNo, err)
-				}
-				if err := emit(res.Outputs, s); err != nil {
-					return sum, err
-				}
-			}
+		if err := x.line(lineNo, line, tooLong); err != nil {
+			return x.sum, err
 		}
 		if eof {
 			break
 		}
 	}
-	if err := out.Flush(); err != nil {
-		return sum, fmt.Errorf("offline: write output: %w", err)
+	if err := x.out.Flush(); err != nil {
+		return x.sum, fmt.Errorf("offline: write output: %w", err)
 	}
-	for _, s := range sessions {
+	return x.summary(), nil
+}
+
+// run is one Run's state: the journal of accepted events (what spills are
+// copied from), the sessions, and the outputs written so far.
+type run struct {
+	r        *Runner
+	journal  *os.File
+	jsize    int64 // the journal's size
+	sessions map[string]*session
+	sum      Summary
+	out      *bufio.Writer
+}
+
+// session returns the state of session id, new when it has none yet.
+func (x *run) session(id string) *session {
+	s := x.sessions[id]
+	if s == nil {
+		s = &session{sum: SessionSummary{Session: id}}
+		x.sessions[id] = s
+	}
+	return s
+}
+
+// emit writes outs, counted for s when s is not nil.
+func (x *run) emit(outs []events.Output, s *session) error {
+	for _, o := range outs {
+		_, _, body, err := x.r.Encoder.Encode(o)
+		if err != nil {
+			return fmt.Errorf("offline: %w", err)
+		}
+		x.out.Write(body)
+		if err := x.out.WriteByte('\n'); err != nil {
+			return fmt.Errorf("offline: write output: %w", err)
+		}
+		if s != nil {
+			s.count(o)
+		}
+	}
+	return nil
+}
+
+// line decodes and decides the non-blank line lineNo (too long to read
+// when tooLong).
+func (x *run) line(lineNo uint64, line []byte, tooLong bool) error {
+	x.sum.Lines++
+	meta := events.Meta{Seq: lineNo, Headers: map[string][]string{}}
+	if tooLong {
+		return x.reject(meta, line, true, events.Errorf(events.CodeMalformed, "", "line %d is longer than %d bytes; split the transcript or shorten the event", lineNo, MaxLine))
+	}
+	ev, err := events.DecodeJSON(line, meta)
+	if err != nil {
+		return x.reject(meta, line, false, err)
+	}
+	// The file is the operator's own: a session.resumed in it counts as
+	// arriving on the control subject.
+	_, ev.Meta.Control = ev.Body.(*events.SessionResumed)
+	return x.decide(lineNo, ev)
+}
+
+// reject writes the rejection of a line that is no event, counted for the
+// session it names, if it names one.
+func (x *run) reject(meta events.Meta, line []byte, tooLong bool, derr error) error {
+	var e *events.Error
+	if !errors.As(derr, &e) {
+		e = &events.Error{Code: events.CodeMalformed, Message: derr.Error()}
+	}
+	sess := sessionHint(line)
+	if sess == "" {
+		x.sum.Rejected++
+	} else {
+		s := x.session(sess)
+		s.sum.Events++
+		s.sum.Rejected++
+	}
+	cause := events.Cause{Meta: meta}
+	if !tooLong {
+		cause.ReadID = events.ReadableID(nil, line)
+	}
+	return x.emit([]events.Output{ledger.Rejection(cause, sess, e)}, nil)
+}
+
+// decide steps ev, line lineNo, through its session's ledger, journals it
+// when accepted, writes the outputs, and makes the spill it asks for.
+func (x *run) decide(lineNo uint64, ev *events.Event) error {
+	s := x.session(ev.Subject)
+	s.sum.Events++
+	res, err := ledger.Step(&s.l, ledger.Input{Event: ev}, x.r.Config)
+	if err != nil {
+		return fmt.Errorf("offline: line %d: %w", lineNo, err)
+	}
+	switch {
+	case res.Duplicate:
+		s.sum.Duplicates++
+	case res.Accepted:
+		s.sum.Accepted++
+		if err := x.journalize(s, lineNo, ev); err != nil {
+			return err
+		}
+	}
+	if err := x.emit(res.Outputs, s); err != nil {
+		return err
+	}
+	if res.Spill == nil {
+		return nil
+	}
+	result := x.r.spill(x.journal, s, res.Spill)
+	res, err = ledger.Step(&s.l, ledger.Input{Spill: &result}, x.r.Config)
+	if err != nil {
+		return fmt.Errorf("offline: line %d: %w", lineNo, err)
+	}
+	return x.emit(res.Outputs, s)
+}
+
+// journalize appends accepted event ev, line lineNo, to the journal.
+func (x *run) journalize(s *session, lineNo uint64, ev *events.Event) error {
+	enc, err := events.MarshalStructured(ev)
+	if err != nil {
+		return fmt.Errorf("offline: line %d: %w", lineNo, err)
+	}
+	enc = append(enc, '\n')
+	if _, err := x.journal.Write(enc); err != nil {
+		return fmt.Errorf("offline: journal: %w", err)
+	}
+	s.lines = append(s.lines, span{off: x.jsize, n: int64(len(enc)), seq: lineNo})
+	x.jsize += int64(len(enc))
+	return nil
+}
+
+// summary is the run's summary, sessions in order of their ids.
+func (x *run) summary() Summary {
+	sum := x.sum
+	for _, s := range x.sessions {
 		s.sum.Head = s.l.Head()
 		switch {
 		case s.l.Closed():
@@ -238,7 +273,7 @@ func (r *Runner) Run(ctx context.Context, in io.Reader) (Summary, error) {
 		sum.Sessions = append(sum.Sessions, s.sum)
 	}
 	sort.Slice(sum.Sessions, func(i, j int) bool { return sum.Sessions[i].Session < sum.Sessions[j].Session })
-	return sum, nil
+	return sum
 }
 
 // spill copies the session's accepted events from req.FirstSeq to
