@@ -189,26 +189,113 @@ func lockDataDir(dataDir string, self dirlock.Holder) (*dirlock.Lock, error) {
 }
 
 func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	sv := &serving{}
+	defer sv.close()
+	if err := sv.parse(args, stderr); err != nil {
+		return err
+	}
+	if err := sv.prepare(); err != nil {
+		return err
+	}
+	if err := sv.connect(ctx); err != nil {
+		return err
+	}
+	durable := sv.durability(ctx)
+	p, rec, err := sv.newProcessor(ctx)
+	if p == nil {
+		return err
+	}
+	if rec != nil {
+		sv.watchHealth(ctx, p, rec, durable)
+	}
+	if *sv.rebuild {
+		rep, err := p.Rebuild(ctx, true)
+		if err != nil {
+			return fmt.Errorf("rebuild: %w", sv.denied.explain(err, notSys))
+		}
+		sv.log.Info("rebuilt session states from the events stream", "events", rep.Events, "sessions", rep.Sessions,
+			"differed", len(rep.Differ), "written", rep.Written, "republished", rep.Republished, "respilled", rep.Respilled)
+	}
+	stopHTTP := func() {}
+	if sv.httpLn != nil {
+		// After the processor is set up (its streams exist), and shut down
+		// when ctx ends, beside the processor's drain.
+		if stopHTTP, err = startGateway(ctx, &sv.hf, sv.httpLn, sv.conn, sv.url, sv.nc, sv.js, p.Config(), p.SigningPublicKey(), sv.denied.grants, sv.log); err != nil {
+			return err
+		}
+		sv.later(stopHTTP)
+	}
+	fmt.Fprintf(stdout, "seamguard serving on %s: events on %s.events.<session>, verdicts on %s.verdicts.<session>.<kind>\n", sv.url, sv.cfg.Prefix, sv.cfg.Prefix)
+	if err := p.Run(ctx); err != nil {
+		return sv.denied.explain(err, notSys)
+	}
+	stopHTTP() // it publishes on nc on the embedded default
+	if err := sv.nc.Drain(); err != nil && err != nats.ErrConnectionClosed {
+		sv.log.Warn("drain", "err", err)
+	}
+	return nil
+}
+
+// serving is one run of serve: its flags, and what it has started, each
+// stopped by close in the reverse order of its start.
+type serving struct {
+	conn connFlags
+	pf   procFlags
+	resp responderFlags
+	hf   httpFlags
+
+	dataDir, signingKeyFile, listen, syncFlag, monitor, healthListen *string
+	rebuild                                                          *bool
+	lagInterval                                                      time.Duration
+
+	cfg         processor.Config
+	log         *slog.Logger
+	sync        time.Duration // the embedded server's
+	monitorURLs []string
+	listening   func(addrs []string) // where serve listens, into the data directory's lock
+	healthLn    net.Listener
+	httpLn      net.Listener
+	url         string // the NATS server's, the embedded one's by default
+	denied      *denials
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	closers     []func()
+}
+
+// later has close call f, before whatever was started earlier is stopped.
+func (sv *serving) later(f func()) { sv.closers = append(sv.closers, f) }
+
+// close stops what serve started, the latest first.
+func (sv *serving) close() {
+	for i := len(sv.closers) - 1; i >= 0; i-- {
+		sv.closers[i]()
+	}
+}
+
+// A request to the system account (the durability check's) is refused to
+// every user outside it, which serve takes as no answer: askSys tells it
+// from every other refusal (notSys).
+func askSys(v denial) bool { return v.verb == "publish" && strings.HasPrefix(v.subject, "$SYS.REQ.") }
+func notSys(v denial) bool { return !askSys(v) }
+
+// parse reads serve's flags and environment, and the processor's
+// configuration and the logger they give.
+func (sv *serving) parse(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var conn connFlags
-	conn.inbox = processorInbox
-	conn.register(fs, "NATS server or cluster to use, e.g. nats://a:4222,nats://b:4222 (default: start an embedded server)")
-	var pf procFlags
-	pf.register(fs)
-	var resp responderFlags
-	resp.register(fs)
-	var hf httpFlags
-	hf.register(fs)
-	dataDir := fs.String("data-dir", "seamguard-data", "where serve keeps its signing key ("+attest.KeyFileName+", made at first start unless --signing-key-file or "+signingKeyEnv+" gives one) and the embedded server stores JetStream data")
-	signingKeyFile := fs.String("signing-key-file", "", "the NKey seed (S…) that signs every verdict, in a `FILE` only serve may read; give every instance of a cluster the same, or each its own, and trust their public keys (default: $"+signingKeyEnv+", else the key in --data-dir)")
-	listen := fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
-	syncFlag := fs.String("sync-interval", "always", "how the embedded server syncs: always (fsync every write before acknowledging it, so that nothing acknowledged is lost to a power cut) or an interval such as 2m (faster; a power cut loses what was acknowledged since the last sync)")
-	monitor := fs.String("nats-monitor-url", "", "monitoring endpoints of the NATS servers (e.g. http://a:8222,http://b:8222), read at start to check that they sync before acknowledging; without it serve asks through the system account, if its user may")
-	rebuild := fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming; takes every partition's lease first and refuses, naming them, while other instances hold any: stop them first")
-	healthListen := fs.String("health-listen", "", "serve /healthz, /readyz and /metrics on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
-	var lagInterval time.Duration
-	fs.Var(durations(&lagInterval, 15*time.Second, 100*time.Millisecond, time.Hour), "lag-interval", "how often the consumer lag metric asks the server (with --health-listen)")
+	sv.conn.inbox = processorInbox
+	sv.conn.register(fs, "NATS server or cluster to use, e.g. nats://a:4222,nats://b:4222 (default: start an embedded server)")
+	sv.pf.register(fs)
+	sv.resp.register(fs)
+	sv.hf.register(fs)
+	sv.dataDir = fs.String("data-dir", "seamguard-data", "where serve keeps its signing key ("+attest.KeyFileName+", made at first start unless --signing-key-file or "+signingKeyEnv+" gives one) and the embedded server stores JetStream data")
+	sv.signingKeyFile = fs.String("signing-key-file", "", "the NKey seed (S…) that signs every verdict, in a `FILE` only serve may read; give every instance of a cluster the same, or each its own, and trust their public keys (default: $"+signingKeyEnv+", else the key in --data-dir)")
+	sv.listen = fs.String("listen", "127.0.0.1:4222", "where the embedded server listens for agents and the nats CLI")
+	sv.syncFlag = fs.String("sync-interval", "always", "how the embedded server syncs: always (fsync every write before acknowledging it, so that nothing acknowledged is lost to a power cut) or an interval such as 2m (faster; a power cut loses what was acknowledged since the last sync)")
+	sv.monitor = fs.String("nats-monitor-url", "", "monitoring endpoints of the NATS servers (e.g. http://a:8222,http://b:8222), read at start to check that they sync before acknowledging; without it serve asks through the system account, if its user may")
+	sv.rebuild = fs.Bool("rebuild", false, "rebuild every session's state from the events stream before consuming; takes every partition's lease first and refuses, naming them, while other instances hold any: stop them first")
+	sv.healthListen = fs.String("health-listen", "", "serve /healthz, /readyz and /metrics on HOST:PORT (e.g. 0.0.0.0:8080); empty: none")
+	fs.Var(durations(&sv.lagInterval, 15*time.Second, 100*time.Millisecond, time.Hour), "lag-interval", "how often the consumer lag metric asks the server (with --health-listen)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -229,224 +316,227 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err := applyEnv(fs); err != nil {
 		return err
 	}
-	if err := conn.validate(); err != nil {
+	if err := sv.conn.validate(); err != nil {
 		return err
 	}
-	if err := resp.validate(conn); err != nil {
+	if err := sv.resp.validate(sv.conn); err != nil {
 		return err
 	}
-	if err := hf.validate(conn); err != nil {
+	if err := sv.hf.validate(sv.conn); err != nil {
 		return err
 	}
-	cfg, err := pf.config()
-	if err != nil {
+	if sv.cfg, err = sv.pf.config(); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *logFormat, *logLevel)
-	if err != nil {
-		return err
-	}
-	// One serve per data directory, locked before anything in it is used
-	// (the embedded server's store, the signing key kept there).
-	// Once listening, the lock file says where (a port 0 is chosen then).
-	listening := func([]string) {}
-	if conn.url == "" || (*signingKeyFile == "" && os.Getenv(signingKeyEnv) == "") {
-		self := dirlock.Self()
-		if conn.url == "" {
-			self.Listen = append(self.Listen, "nats "+*listen)
-		}
-		if *healthListen != "" {
-			self.Listen = append(self.Listen, "health "+*healthListen)
-		}
-		if hf.listen != "" {
-			self.Listen = append(self.Listen, "http "+hf.listen)
-		}
-		lock, err := lockDataDir(*dataDir, self)
-		if err != nil {
-			return err
-		}
-		defer lock.Release()
-		listening = func(addrs []string) {
-			self.Listen = addrs
-			if err := lock.Update(self); err != nil {
-				log.Warn("cannot write the addresses serve listens on into the data directory's lock file", "err", err)
-			}
-		}
-	}
-	// A health address that cannot be listened on fails the start now,
-	// before the server and the processor start.
-	var healthLn net.Listener
-	if *healthListen != "" {
-		if healthLn, err = net.Listen("tcp", *healthListen); err != nil {
-			return fmt.Errorf("%w: --health-listen %s: %v", errUsage, *healthListen, err)
-		}
-		defer healthLn.Close()
-	}
-	var httpLn net.Listener
-	if hf.listen != "" {
-		if httpLn, err = net.Listen("tcp", hf.listen); err != nil {
-			return fmt.Errorf("%w: --http-listen %s: %v", errUsage, hf.listen, err)
-		}
-		defer httpLn.Close()
-	}
-	if cfg.SigningKey, err = signingKey(*signingKeyFile, *dataDir, log); err != nil {
-		return err
-	}
+	sv.log, err = newLogger(stderr, *logFormat, *logLevel)
+	return err
+}
 
-	sync, err := embedded.ParseSync(*syncFlag)
-	if err != nil {
-		return fmt.Errorf("%w: --sync-interval %q: use always, or a positive duration such as 2m", errUsage, *syncFlag)
+// prepare does what must hold before anything starts: the data directory
+// locked, the listeners open, the signing key read, the sync setting and
+// monitoring endpoints checked.
+func (sv *serving) prepare() error {
+	if err := sv.lockDataDir(); err != nil {
+		return err
 	}
-	if conn.url != "" && *syncFlag != "always" {
+	// A health or HTTP address that cannot be listened on fails the start
+	// now, before the server and the processor start.
+	var err error
+	if *sv.healthListen != "" {
+		if sv.healthLn, err = net.Listen("tcp", *sv.healthListen); err != nil {
+			return fmt.Errorf("%w: --health-listen %s: %v", errUsage, *sv.healthListen, err)
+		}
+		sv.later(func() { sv.healthLn.Close() })
+	}
+	if sv.hf.listen != "" {
+		if sv.httpLn, err = net.Listen("tcp", sv.hf.listen); err != nil {
+			return fmt.Errorf("%w: --http-listen %s: %v", errUsage, sv.hf.listen, err)
+		}
+		sv.later(func() { sv.httpLn.Close() })
+	}
+	if sv.cfg.SigningKey, err = signingKey(*sv.signingKeyFile, *sv.dataDir, sv.log); err != nil {
+		return err
+	}
+	if sv.sync, err = embedded.ParseSync(*sv.syncFlag); err != nil {
+		return fmt.Errorf("%w: --sync-interval %q: use always, or a positive duration such as 2m", errUsage, *sv.syncFlag)
+	}
+	if sv.conn.url != "" && *sv.syncFlag != "always" {
 		return fmt.Errorf("%w: --sync-interval sets the embedded server; a server given by --nats-url syncs as its own configuration says (jetstream { sync_interval: always })", errUsage)
 	}
-	var monitorURLs []string
-	for _, u := range strings.Split(*monitor, ",") {
+	for _, u := range strings.Split(*sv.monitor, ",") {
 		if u = strings.TrimSpace(u); u != "" {
 			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 				return fmt.Errorf("%w: --nats-monitor-url %q: give the monitoring endpoint's http:// or https:// URL, e.g. http://nats:8222", errUsage, u)
 			}
-			monitorURLs = append(monitorURLs, u)
+			sv.monitorURLs = append(sv.monitorURLs, u)
 		}
 	}
+	return nil
+}
 
-	url := conn.url
-	if url == "" {
-		s, err := startEmbedded(*dataDir, *listen, sync)
+// lockDataDir makes this serve the one per data directory, locked before
+// anything in it is used (the embedded server's store, the signing key
+// kept there). Once listening, the lock file says where (a port 0 is
+// chosen then).
+func (sv *serving) lockDataDir() error {
+	sv.listening = func([]string) {}
+	if sv.conn.url != "" && (*sv.signingKeyFile != "" || os.Getenv(signingKeyEnv) != "") {
+		return nil // nothing of the data directory is used
+	}
+	self := dirlock.Self()
+	if sv.conn.url == "" {
+		self.Listen = append(self.Listen, "nats "+*sv.listen)
+	}
+	if *sv.healthListen != "" {
+		self.Listen = append(self.Listen, "health "+*sv.healthListen)
+	}
+	if sv.hf.listen != "" {
+		self.Listen = append(self.Listen, "http "+sv.hf.listen)
+	}
+	lock, err := lockDataDir(*sv.dataDir, self)
+	if err != nil {
+		return err
+	}
+	sv.later(func() { lock.Release() })
+	sv.listening = func(addrs []string) {
+		self.Listen = addrs
+		if err := lock.Update(self); err != nil {
+			sv.log.Warn("cannot write the addresses serve listens on into the data directory's lock file", "err", err)
+		}
+	}
+	return nil
+}
+
+// connect starts the embedded server unless --nats-url names one, and
+// connects to it.
+//
+// No publish waits in a buffer while the connection is down, to go out
+// when it is back: a verdict goes out while its decision is current, or
+// fails and is retried (a partition's lease may have moved on meanwhile;
+// see processor.Config.LeaseTTL). A server that stops answering (cut off,
+// paused) is noticed within about 15s, not the client's default of
+// minutes, and serve moves to another server of the cluster while its
+// leases can still be kept. A permission the server refuses is logged
+// once, saying which shipped identity holds it; one refused while
+// starting stops the start at once.
+func (sv *serving) connect(ctx context.Context) error {
+	sv.url = sv.conn.url
+	if sv.url == "" {
+		s, err := startEmbedded(*sv.dataDir, *sv.listen, sv.sync)
 		if err != nil {
 			return err
 		}
-		defer func() { s.Shutdown(); s.WaitForShutdown() }()
-		url = s.ClientURL()
-		log.Info("embedded NATS server with JetStream", "url", url, "data", *dataDir, "sync_interval", *syncFlag)
+		sv.later(func() { s.Shutdown(); s.WaitForShutdown() })
+		sv.url = s.ClientURL()
+		sv.log.Info("embedded NATS server with JetStream", "url", sv.url, "data", *sv.dataDir, "sync_interval", *sv.syncFlag)
 	}
 	var addrs []string
-	if conn.url == "" {
-		addrs = append(addrs, "nats "+strings.TrimPrefix(url, "nats://"))
+	if sv.conn.url == "" {
+		addrs = append(addrs, "nats "+strings.TrimPrefix(sv.url, "nats://"))
 	}
-	if healthLn != nil {
-		addrs = append(addrs, "health "+healthLn.Addr().String())
+	if sv.healthLn != nil {
+		addrs = append(addrs, "health "+sv.healthLn.Addr().String())
 	}
-	if httpLn != nil {
-		addrs = append(addrs, "http "+httpLn.Addr().String())
+	if sv.httpLn != nil {
+		addrs = append(addrs, "http "+sv.httpLn.Addr().String())
 	}
-	listening(addrs)
-	// No publish waits in a buffer while the connection is down, to go out
-	// when it is back: a verdict goes out while its decision is current,
-	// or fails and is retried (a partition's lease may have moved on
-	// meanwhile; see processor.Config.LeaseTTL).
-	// A server that stops answering (cut off, paused) is noticed within
-	// about 15s, not the client's default of minutes, and serve moves to
-	// another server of the cluster while its leases can still be kept.
-	// A permission the server refuses is logged once, saying which shipped
-	// identity holds it; one refused while starting stops the start at
-	// once. The durability check's request to the system account is
-	// refused to every user outside it, which it takes as no answer.
-	askSys := func(v denial) bool { return v.verb == "publish" && strings.HasPrefix(v.subject, "$SYS.REQ.") }
-	notSys := func(v denial) bool { return !askSys(v) }
-	denied := &denials{grants: shippedGrants(cfg), prefer: "processor", other: func(err error) { log.Warn("NATS reported an error", "err", err) }}
+	sv.listening(addrs)
+	log := sv.log
+	denied := &denials{grants: shippedGrants(sv.cfg), prefer: "processor", other: func(err error) { log.Warn("NATS reported an error", "err", err) }}
 	// Nothing of the connection is logged once serve has returned: its
 	// caller may then use the log's writer.
-	defer denied.silence()
+	sv.later(denied.silence)
 	denied.report = func(v denial) {
 		if denied.first(v) && notSys(v) {
 			log.Error("NATS refused a permission", "refusal", denied.describe(v))
 		}
 	}
-	nc, err := conn.connect("seamguard serve", url, denied, nats.ReconnectBufSize(-1),
+	sv.denied = denied
+	nc, err := sv.conn.connect("seamguard serve", sv.url, denied, nats.ReconnectBufSize(-1),
 		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
+	sv.later(nc.Close)
+	sv.nc = nc
+	if sv.js, err = jetstream.New(nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	return nil
+}
+
+// durability checks, and logs, whether the NATS servers sync before they
+// acknowledge.
+func (sv *serving) durability(ctx context.Context) syncState {
 	durable := syncState{Known: true, Servers: 1}
-	if conn.url != "" {
-		askCtx, stopAsk := denied.cancelOn(ctx, askSys)
-		durable = askSync(askCtx, nc, monitorURLs, 2*time.Second)
+	if sv.conn.url != "" {
+		askCtx, stopAsk := sv.denied.cancelOn(ctx, askSys)
+		durable = askSync(askCtx, sv.nc, sv.monitorURLs, 2*time.Second)
 		stopAsk()
-	} else if sync > 0 {
-		durable.Lazy = []string{"embedded: sync_interval " + sync.String()}
+	} else if sv.sync > 0 {
+		durable.Lazy = []string{"embedded: sync_interval " + sv.sync.String()}
 	}
 	switch {
 	case !durable.Known:
-		log.Warn("cannot tell whether the NATS servers sync before acknowledging: an acknowledged event, verdict or spill survives a power cut only if they do (jetstream { sync_interval: always }); give --nats-monitor-url, or a user in the system account, for serve to check")
+		sv.log.Warn("cannot tell whether the NATS servers sync before acknowledging: an acknowledged event, verdict or spill survives a power cut only if they do (jetstream { sync_interval: always }); give --nats-monitor-url, or a user in the system account, for serve to check")
 	case !durable.Durable():
-		log.Warn("the NATS servers acknowledge before they sync to disk: a power cut loses what was acknowledged since their last sync, and seamguard's guarantee does not hold; configure jetstream { sync_interval: always }", "lazy", strings.Join(durable.Lazy, "; "))
+		sv.log.Warn("the NATS servers acknowledge before they sync to disk: a power cut loses what was acknowledged since their last sync, and seamguard's guarantee does not hold; configure jetstream { sync_interval: always }", "lazy", strings.Join(durable.Lazy, "; "))
 	default:
-		log.Info("the NATS servers sync before acknowledging", "servers", durable.Servers)
+		sv.log.Info("the NATS servers sync before acknowledging", "servers", durable.Servers)
 	}
-	opts := []processor.Option{processor.WithLogger(log)}
-	if resp.set() {
-		rnc, rd, err := resp.connect(conn, url, denied.grants, log)
-		defer rd.silence()
+	return durable
+}
+
+// newProcessor sets the processor up (its responder connection and its
+// metrics recorder, with --health-listen). No processor and no error when
+// ctx ended before it was set up: nothing to drain.
+func (sv *serving) newProcessor(ctx context.Context) (*processor.Processor, *metrics.Recorder, error) {
+	opts := []processor.Option{processor.WithLogger(sv.log)}
+	if sv.resp.set() {
+		rnc, rd, err := sv.resp.connect(sv.conn, sv.url, sv.denied.grants, sv.log)
+		sv.later(rd.silence)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer rnc.Close()
+		sv.later(rnc.Close)
 		opts = append(opts, processor.WithResponder(rnc))
 	}
 	var rec *metrics.Recorder
-	if *healthListen != "" {
+	if *sv.healthListen != "" {
 		rec = metrics.New()
 		opts = append(opts, processor.WithObserver(rec))
 	}
-	startCtx, stopStart := denied.cancelOn(ctx, notSys)
-	p, err := processor.New(startCtx, js, cfg, opts...)
+	startCtx, stopStart := sv.denied.cancelOn(ctx, notSys)
+	p, err := processor.New(startCtx, sv.js, sv.cfg, opts...)
 	stopStart()
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // asked to stop before it began: nothing to drain
+			return nil, nil, nil
 		}
-		return denied.explain(err, notSys)
+		return nil, nil, sv.denied.explain(err, notSys)
 	}
-	if rec != nil {
-		rec.WatchProcessor(p)
-		rec.SyncAlways(durable.Gauge())
-		addr := serveHealth(ctx, healthLn, health{nc: nc, ready: p.Ready, parked: p.Parked, metrics: rec.Handler()}, log)
-		pc := p.Config()
-		consumers := make([]string, 0, pc.Partitions+1)
-		for part := -1; part < pc.Partitions; part++ {
-			consumers = append(consumers, pc.ConsumerName(part))
-		}
-		lagDone := make(chan struct{})
-		lagCtx, stopLag := context.WithCancel(ctx)
-		go func() {
-			defer close(lagDone)
-			rec.WatchConsumers(lagCtx, js, pc.Names().Events, consumers, lagInterval, log)
-		}()
-		defer func() { stopLag(); <-lagDone }()
-		log.Info("health endpoints", "url", "http://"+addr+"/healthz", "metrics", "http://"+addr+"/metrics")
+	return p, rec, nil
+}
+
+// watchHealth serves the health endpoints and the metrics, and has rec
+// watch the consumers' lag, until ctx ends.
+func (sv *serving) watchHealth(ctx context.Context, p *processor.Processor, rec *metrics.Recorder, durable syncState) {
+	rec.WatchProcessor(p)
+	rec.SyncAlways(durable.Gauge())
+	addr := serveHealth(ctx, sv.healthLn, health{nc: sv.nc, ready: p.Ready, parked: p.Parked, metrics: rec.Handler()}, sv.log)
+	pc := p.Config()
+	consumers := make([]string, 0, pc.Partitions+1)
+	for part := -1; part < pc.Partitions; part++ {
+		consumers = append(consumers, pc.ConsumerName(part))
 	}
-	if *rebuild {
-		rep, err := p.Rebuild(ctx, true)
-		if err != nil {
-			return fmt.Errorf("rebuild: %w", denied.explain(err, notSys))
-		}
-		log.Info("rebuilt session states from the events stream", "events", rep.Events, "sessions", rep.Sessions,
-			"differed", len(rep.Differ), "written", rep.Written, "republished", rep.Republished, "respilled", rep.Respilled)
-	}
-	stopHTTP := func() {}
-	if httpLn != nil {
-		// After the processor is set up (its streams exist), and shut down
-		// when ctx ends, beside the processor's drain.
-		if stopHTTP, err = startGateway(ctx, &hf, httpLn, conn, url, nc, js, p.Config(), p.SigningPublicKey(), denied.grants, log); err != nil {
-			return err
-		}
-		defer stopHTTP()
-	}
-	fmt.Fprintf(stdout, "seamguard serving on %s: events on %s.events.<session>, verdicts on %s.verdicts.<session>.<kind>\n", url, cfg.Prefix, cfg.Prefix)
-	if err := p.Run(ctx); err != nil {
-		return denied.explain(err, notSys)
-	}
-	stopHTTP() // it publishes on nc on the embedded default
-	if err := nc.Drain(); err != nil && err != nats.ErrConnectionClosed {
-		log.Warn("drain", "err", err)
-	}
-	return nil
+	lagDone := make(chan struct{})
+	lagCtx, stopLag := context.WithCancel(ctx)
+	go func() {
+		defer close(lagDone)
+		rec.WatchConsumers(lagCtx, sv.js, pc.Names().Events, consumers, sv.lagInterval, sv.log)
+	}()
+	sv.later(func() { stopLag(); <-lagDone })
+	sv.log.Info("health endpoints", "url", "http://"+addr+"/healthz", "metrics", "http://"+addr+"/metrics")
 }
 
 // escapeLogAttr escapes the control characters of a log attribute's string,
