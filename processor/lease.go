@@ -97,7 +97,7 @@ func (l *leases) begin(p int, most time.Duration) (time.Duration, uint64, bool) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	left := l.left(p)
-	if left < 50*time.Millisecond {
+	if left < leaseMinLeft {
 		return 0, 0, false
 	}
 	l.parts[p].busy = true
@@ -151,7 +151,7 @@ func (l *leases) held() []int {
 
 // run keeps the leases until ctx ends, a round every TTL/4.
 func (l *leases) run(ctx context.Context) {
-	every := max(l.ttl/4, 10*time.Millisecond)
+	every := max(l.ttl/4, leaseMinRound)
 	for {
 		l.fault = nil
 		l.round(ctx)
@@ -512,7 +512,7 @@ func (l *leases) takeAll(ctx context.Context, wait time.Duration) error {
 			slices.SortFunc(herr.Holders, func(a, b LeaseHolder) int { return strings.Compare(a.Instance, b.Instance) })
 			return herr
 		}
-		if err := sleep(ctx, max(min(l.ttl/20, 100*time.Millisecond), 10*time.Millisecond)); err != nil {
+		if err := sleep(ctx, max(min(l.ttl/20, leaseTakeMaxWait), leaseMinRound)); err != nil {
 			l.giveBack(ctx)
 			return err
 		}
@@ -530,7 +530,7 @@ func (l *leases) isHeld(p int) bool {
 // keepAll returns, as soon as one is no longer held (it expired and
 // another instance took it).
 func (l *leases) keepAll(ctx context.Context, lost func(error)) {
-	every := max(l.ttl/4, 10*time.Millisecond)
+	every := max(l.ttl/4, leaseMinRound)
 	for sleep(ctx, every) == nil {
 		for p := range l.parts {
 			l.renew(ctx, p)
@@ -563,7 +563,7 @@ func (l *leases) allCurrent() error {
 // giveBack deletes every key this instance holds (none may be under way),
 // so that other instances can take them at once.
 func (l *leases) giveBack(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
 	defer cancel()
 	for _, p := range l.held() {
 		l.release(ctx, p)

@@ -147,7 +147,7 @@ func (p *Processor) parkable(id string, err error) bool {
 // park stores session id's park record. Only once it is stored may its
 // inputs be acknowledged.
 func (p *Processor) park(ctx context.Context, id string, cause error) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, parkWait)
 	defer cancel()
 	var stored uint64
 	e, err := p.res.Sessions.Get(ctx, id)
@@ -182,7 +182,7 @@ func (p *Processor) park(ctx context.Context, id string, cause error) error {
 // unpark deletes session id's park record, before the input that takes it
 // out of the park is applied.
 func (p *Processor) unpark(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, parkWait)
 	defer cancel()
 	if err := p.res.Sessions.Delete(ctx, ParkedKey(id)); err != nil {
 		return fmt.Errorf("processor: taking session %s out of its park: %w", id, err)

@@ -199,7 +199,7 @@ func (p *Processor) confirmAck(ctx context.Context, b *budget, pub published) (*
 // placement describes the verdict stream's leader and replicas as the
 // server reports them now, for a log line.
 func (p *Processor) placement(ctx context.Context) string {
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, infoWait)
 	defer cancel()
 	info, err := p.res.Verdicts.Info(ictx)
 	switch {

@@ -115,7 +115,7 @@ func (p *Processor) serveRecover(ctx, hard context.Context) (stop func()) {
 		return func() {}
 	}
 	// A server that refuses the subscriptions says so only asynchronously.
-	if ferr := nc.FlushTimeout(2 * time.Second); ferr == nil {
+	if ferr := nc.FlushTimeout(subscribeWait); ferr == nil {
 		if le := nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) &&
 			(strings.Contains(le.Error(), p.subj.RecoverWildcard()) || strings.Contains(le.Error(), micro.APIPrefix)) {
 			p.log.Error("recover service: the server refused a subscription; grant the responder's identity subscribe on "+

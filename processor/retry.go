@@ -22,7 +22,7 @@ import (
 func starting(ctx context.Context, log *slog.Logger, timeout time.Duration, what string, f func(context.Context) error) error {
 	deadline := time.Now().Add(timeout)
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, max(timeout/4, 5*time.Second))
+		actx, cancel := context.WithTimeout(ctx, max(timeout/4, startAttemptMin))
 		err := f(actx)
 		cancel()
 		if err == nil || !waitable(err) || ctx.Err() != nil || time.Now().After(deadline) {
@@ -70,10 +70,11 @@ func keepAlive(ctx context.Context, m jetstream.Msg, every time.Duration) func()
 	return func() { cancel(); <-done }
 }
 
-// backoff is the delay before retry attempt n: 50ms doubling to 2s.
+// backoff is the delay before retry attempt n: backoffFirst doubling to
+// backoffMax.
 func backoff(n int) time.Duration {
-	d := 50 * time.Millisecond << min(n, 6)
-	return min(d, 2*time.Second)
+	d := backoffFirst << min(n, 6)
+	return min(d, backoffMax)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

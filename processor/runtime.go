@@ -242,7 +242,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	// partitions over now rather than let their leases expire.
 	stopLeases()
 	if hard.Err() == nil || drainTimedOut.Load() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
 		lease.releaseAll(rctx)
 		cancel()
 	}

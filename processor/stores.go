@@ -79,7 +79,7 @@ func (p *Processor) watchStores(ctx context.Context) {
 // failures it causes report it).
 func (p *Processor) checkStores(ctx context.Context) {
 	for _, s := range p.stores() {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, infoWait)
 		_, err := p.js.Stream(cctx, s.stream)
 		cancel()
 		if ctx.Err() != nil {
