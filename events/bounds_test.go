@@ -183,15 +183,15 @@ func TestDecodeBounds(t *testing.T) {
 			body := s.structured(t)
 			ev, err := DecodeMsg(testNATSSubject, nil, body, Subjects{})
 			check("structured", ev, err)
-			checkFastSlow(t, testNATSSubject, nil, body, Subjects{})
+			checkDecode(t, testNATSSubject, nil, body, Subjects{})
 			ev, err = DecodeJSON(body, Meta{})
 			check("DecodeJSON", ev, err)
-			checkFastSlowJSON(t, body)
+			checkDecodeJSON(t, body)
 			h, data, ok := s.binary()
 			require.True(t, ok)
 			ev, err = DecodeMsg(testNATSSubject, h, data, Subjects{})
 			check("binary", ev, err)
-			checkFastSlow(t, testNATSSubject, h, data, Subjects{})
+			checkDecode(t, testNATSSubject, h, data, Subjects{})
 			// Percent-encoded in a header, the decoded length counts.
 			if v, ok := tc.attrs["id"].(string); ok && tc.field == "" {
 				h["ce-id"] = []string{strings.Replace(v, "x", "%78", 1)}
@@ -243,11 +243,11 @@ func TestHugeInputsGiveSmallErrors(t *testing.T) {
 			assert.Less(t, len(e.Message), 2048, "message: %.300s", e.Message)
 		})
 	}
-	// The same through the fast path's checks.
-	for _, m := range []fastSlowMsg{
+	// The same through every entry point's checks.
+	for _, m := range []decodeInput{
 		{testNATSSubject, map[string][]string{"ce-specversion": {"1.0"}, "ce-id": {huge}, "ce-source": {"s"}, "ce-type": {TypeTurnAppended}, "ce-subject": {"s1"}}, []byte(validData[TypeTurnAppended])},
 		{testNATSSubject, nil, []byte(strings.Replace(st, `"id":"ev-1"`, `"id":"`+huge+`"`, 1))},
 	} {
-		checkFastSlow(t, m.subject, m.header, m.body, Subjects{})
+		checkDecode(t, m.subject, m.header, m.body, Subjects{})
 	}
 }

@@ -127,3 +127,46 @@ func BenchmarkMarshalStructured(b *testing.B) {
 		})
 	}
 }
+
+// benchRejected are inputs agents get wrong, in both modes: each is
+// rejected, with the code the bench checks.
+var benchRejected = []struct {
+	name   string
+	typ    string
+	set    map[string][]string // binary mode: headers replaced
+	body   string              // binary mode: the data; structured: the event
+	binary bool
+	code   Code
+}{
+	{"unknown_type", "io.seamguard.turn.deleted", nil, `{"offset":41,"size":1}`, true, CodeUnknownType},
+	{"bad_data", TypeTurnAppended, nil, `{"offset":41,"size":"1","role":"user"}`, true, CodeBadData},
+	{"not_json", TypeTurnAppended, nil, `{"offset":41,"size":1`, true, CodeBadData},
+	{"bad_escape", TypeTurnAppended, map[string][]string{"Ce-Source": {"urn:%zz"}}, `{"offset":41,"size":1}`, true, CodeMalformed},
+	{"mismatch", TypeTurnAppended, map[string][]string{"Ce-Subject": {"s2"}}, `{"offset":41,"size":1}`, true, CodeSubjectMismatch},
+	{"structured_no_id", "", nil, `{"specversion":"1.0","source":"urn:agent:bench","type":"io.seamguard.turn.appended","subject":"s1","data":{"offset":41,"size":1}}`, false, CodeMissingAttribute},
+	{"structured_bad_time", "", nil, `{"specversion":"1.0","id":"s1-0042","source":"urn:agent:bench","type":"io.seamguard.turn.appended","subject":"s1","time":"yesterday","data":{"offset":41,"size":1}}`, false, CodeMalformed},
+}
+
+// BenchmarkDecodeMsgRejected decodes inputs that are rejected.
+func BenchmarkDecodeMsgRejected(b *testing.B) {
+	subject := benchSubjects.Events("s1")
+	for _, r := range benchRejected {
+		var hdr map[string][]string
+		if r.binary {
+			hdr = benchHeader(r.typ)
+			for k, v := range r.set {
+				hdr[k] = v
+			}
+		}
+		body := []byte(r.body)
+		b.Run(r.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, err := DecodeMsg(subject, hdr, body, benchSubjects)
+				if e, ok := err.(*Error); !ok || e.Code != r.code {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

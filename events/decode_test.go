@@ -632,6 +632,6 @@ func TestDecodeCarriedPins(t *testing.T) {
 		} else {
 			assert.Contains(t, b.CarriedPinsInvalid, want[i].invalid, data)
 		}
-		checkFastSlowJSON(t, s.structured(t))
+		checkDecodeJSON(t, s.structured(t))
 	}
 }

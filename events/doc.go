@@ -16,15 +16,21 @@
 // over (the processor, a spill's replay): the event keeps them rather than
 // copies.
 //
-// Decoding has two paths with one result. A fast path (decode_fast.go)
-// takes the shapes agents send nearly always: binary mode with each ce-*
-// header once and no percent-escapes, or structured mode with no ce-*
-// headers and plain string attributes, and data whose field names have no
-// escapes. It builds no maps but the extensions', and reads the data fields
-// in place. Anything else, and every input that fails, goes to the general
-// decoder, so every error comes from one place. TestDecodeFastSlow and
-// FuzzDecodeFastSlow require the same event, deep-equal, or the same error
-// from both paths on any input.
+// There is one decoder (decode*.go), strict, on one path. The
+// CloudEvents core attributes are a fixed, typed table (attrTable, in the
+// style of sdk-go's binding/spec Kind) that says of each its name, its ce-
+// header and how it is validated; the header reader, the structured
+// reader, the validator and the encoder all consult it. A structured body
+// and the data are read in place as JSON objects whose syntax is checked
+// as encoding/json's Decoder checks it, and the data's fields go straight
+// into the typed body; the decoder builds no maps but the extensions', and
+// allocates little beyond the event. Every rejection is decided there, in
+// a fixed order, so that an input with several faults always gets the same
+// one, and built out of line (rejections.go); encoding/json is asked only
+// to name a syntax error. decode_oracle_test.go holds the decoder to the
+// expected outcome of every deterministic input (hand-written tables, and
+// testdata/decode-outcomes.txt), and the fuzz targets hold every entry
+// point to its promises on any input.
 //
 // The content mode is chosen as the CloudEvents NATS binding and sdk-go do:
 //   - structured when the Content-Type header is application/cloudevents+json
@@ -77,14 +83,13 @@
 //     an object, an element that is no range, a number that is no offset)
 //     leaves CarriedPinsInvalid saying what is wrong, for the ledger to
 //     refuse the request with invalid_request as the contract asks.
-//     Requests with carried_pins always take the general decoder.
 //   - session.closed carries nothing: its data may be absent, null or any
 //     object, and is not looked at.
 //   - turn.appended content is any JSON and is kept raw, never walked: the
-//     codec reads JSON with encoding/json, which scans iteratively and
-//     rejects nesting deeper than 10000 levels (malformed or bad_data), so
-//     hostile input cannot exhaust the stack, and all work is linear in the
-//     input size.
+//     codec checks JSON iteratively, as encoding/json does, and rejects
+//     nesting deeper than encoding/json's 10000 levels (malformed or
+//     bad_data), so hostile input cannot exhaust the stack, and all work is
+//     linear in the input size (an object with many members included).
 //   - Event.Time keeps the offset it was sent with (UTC when zero); a
 //     leap second (:60) is the last nanosecond before it ends (see parseTime).
 //
@@ -108,8 +113,8 @@
 //   - Excerpt is how any output quotes an input value: at most
 //     MaxQuoteBytes (256) bytes of it, cut on a UTF-8 boundary and followed
 //     by "…[N more bytes]". Every message and field of an *Error that
-//     repeats input goes through it (or through a shorter abbreviation), so
-//     an *Error is at most a few KiB whatever the input.
+//     repeats input goes through it, so an *Error is at most a few KiB
+//     whatever the input.
 //   - EchoHeaders is what event.rejected shows of an input's NATS headers:
 //     every name and value through Excerpt, at most MaxEchoValues (4) values
 //     of a name, at most MaxEchoHeaders (32) names and MaxEchoBytes (16 KiB)

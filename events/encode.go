@@ -269,17 +269,31 @@ func AppendStructured(dst []byte, ev *Event) ([]byte, error) {
 		b = append(b, `,"datacontenttype":`...)
 		b = appendString(b, ev.DataContentType)
 	}
+	b, err := appendExtensions(b, ev.Extensions)
+	if err != nil {
+		return nil, err
+	}
+	if data != nil {
+		b = append(b, `,"data":`...)
+		b = append(b, data...)
+	}
+	return append(b, '}'), nil
+}
+
+// appendExtensions appends the extension attributes ext to b, in name
+// order, as AppendStructured writes them; null ones are left out.
+func appendExtensions(b []byte, ext map[string]json.RawMessage) ([]byte, error) {
 	var buf [8]string
 	names := buf[:0]
-	for name := range ev.Extensions {
+	for name := range ext {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if !validAttrName(name) || coreAttrs[name] || name == "data" {
+		if !validAttrName(name) || isCoreAttr(name) || name == "data" {
 			return nil, fmt.Errorf("%w: %q is not an extension attribute name", ErrNotEncodable, name)
 		}
-		val, err := compact(ev.Extensions[name])
+		val, err := compact(ext[name])
 		if err != nil {
 			return nil, fmt.Errorf("%w: extension %s: %w", ErrNotEncodable, name, err)
 		}
@@ -294,11 +308,7 @@ func AppendStructured(dst []byte, ev *Event) ([]byte, error) {
 		b = append(b, ':')
 		b = append(b, val...)
 	}
-	if data != nil {
-		b = append(b, `,"data":`...)
-		b = append(b, data...)
-	}
-	return append(b, '}'), nil
+	return b, nil
 }
 
 // Verdict is an output event as a subscriber reads it back. The embedded
@@ -322,56 +332,55 @@ func DecodeVerdict(body []byte) (*Verdict, error) {
 	return v, nil
 }
 
+// decodeVerdict is DecodeVerdict with its *Error.
 func decodeVerdict(body []byte) (*Verdict, *Error) {
-	env, err := structuredEnvelope(body)
-	if err != nil {
+	var env envelope
+	if err := env.readStructured(body, false); err != nil {
 		return nil, err
 	}
-	a := env.attrs
-	if err := checkSpecversion(a); err != nil {
-		return nil, err
-	}
-	v := &Verdict{}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"id", &v.ID}, {"source", &v.Source}, {"type", &v.Type}} {
-		s, err := requiredString(a, f.name, "the value the encoder wrote")
-		if err != nil {
+	for k := attrSpecversion; k <= attrType; k++ {
+		if err := env.checkPresent(&attrTable[k], "the value the encoder wrote"); err != nil {
 			return nil, err
 		}
-		*f.dst = s
 	}
-	if v.Kind() == "" {
-		return nil, Errorf(CodeUnknownType, "type", "the type %s is not a seamguard output type", jsonQuote(abbreviate(v.Type)))
+	v := &Verdict{ID: env.attr[attrID], Source: env.attr[attrSource]}
+	if v.Type = env.attr[attrType]; v.Kind() == "" {
+		return nil, Errorf(CodeUnknownType, "type", "the type %s is not a seamguard output type", jsonQuote(Excerpt(v.Type)))
 	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"subject", &v.Session}, {"causationid", &v.Cause.ID}} {
-		raw, ok := a[f.name]
-		if !ok {
-			continue
+	if env.has(attrSubject) {
+		if !env.isString(attrSubject) {
+			return nil, Errorf(CodeMalformed, "subject", "subject is %s; it must be a string", jsonKind(env.raw[attrSubject]))
 		}
+		v.Session = env.attr[attrSubject]
+	}
+	if raw, ok := env.ext["causationid"]; ok {
 		s, isStr := asString(raw)
 		if !isStr {
-			return nil, Errorf(CodeMalformed, f.name, "%s is %s; it must be a string", f.name, jsonKind(raw))
+			return nil, Errorf(CodeMalformed, "causationid", "causationid is %s; it must be a string", jsonKind(raw))
 		}
-		*f.dst = s
+		v.Cause.ID = s
 	}
-	t, err := optionalTime(a)
+	t, err := env.readTime()
 	if err != nil {
 		return nil, err
 	}
 	v.Time = t
-	if _, err := optionalContentType(a); err != nil {
+	if _, err := env.readContentType(); err != nil {
 		return nil, err
 	}
-	if env.data == nil {
-		return nil, Errorf(CodeMissingAttribute, "data", "the output has no data")
+	if err := decodeVerdictData(v, env.data); err != nil {
+		return nil, err
 	}
-	if jsonKind(env.data) != "an object" {
-		return nil, Errorf(CodeBadData, "data", "data is %s; output data is a JSON object", jsonKind(env.data))
+	return v, nil
+}
+
+// decodeVerdictData decodes data, the data of the verdict v, into v.Data.
+func decodeVerdictData(v *Verdict, data []byte) *Error {
+	if data == nil {
+		return Errorf(CodeMissingAttribute, "data", "the output has no data")
+	}
+	if jsonKind(data) != "an object" {
+		return Errorf(CodeBadData, "data", "data is %s; output data is a JSON object", jsonKind(data))
 	}
 	var target any
 	switch v.Type {
@@ -388,10 +397,10 @@ func decodeVerdict(body []byte) (*Verdict, *Error) {
 	case TypeCompactionViolation:
 		target = &CompactionViolation{}
 	}
-	if err := json.Unmarshal(env.data, target); err != nil {
-		return nil, &Error{Code: CodeBadData, Field: "data", Err: err,
+	if err := json.Unmarshal(data, target); err != nil {
+		return &Error{Code: CodeBadData, Field: "data", Err: err,
 			Message: fmt.Sprintf("the %s data does not fit its type: %v", v.Type, err)}
 	}
 	v.Data = target
-	return v, nil
+	return nil
 }

@@ -61,7 +61,7 @@ func marshalStructuredRef(ev *Event) ([]byte, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if !validAttrName(name) || coreAttrs[name] || name == "data" {
+		if !validAttrName(name) || isCoreAttr(name) || name == "data" {
 			return nil, fmt.Errorf("%w: %q is not an extension attribute name", ErrNotEncodable, name)
 		}
 		val, err := compact(ev.Extensions[name])

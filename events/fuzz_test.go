@@ -2,13 +2,15 @@ package events
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // checkOutcome holds decoding to its promises: an error is an *Error with a
 // known code, and a decoded event survives MarshalStructured + DecodeJSON.
-func checkOutcome(t *testing.T, ev *Event, err error) {
+func checkOutcome(t testing.TB, ev *Event, err error) {
 	t.Helper()
 	if err != nil {
 		var e *Error
@@ -31,7 +33,7 @@ func checkOutcome(t *testing.T, ev *Event, err error) {
 
 func fuzzSeeds(tb testing.TB) []string {
 	var seeds []string
-	for typ := range validData {
+	for _, typ := range slices.Sorted(maps.Keys(validData)) {
 		s := newSpec(typ, map[string]any{"partitionkey": "s1"}, nil)
 		seeds = append(seeds, string(s.structured(tb)))
 	}
@@ -90,6 +92,42 @@ func FuzzDecodeMsg(f *testing.F) {
 			if tok, err := (Subjects{}).SessionOf(subject); err != nil || tok != ev.Subject {
 				t.Fatalf("accepted event of session %q on subject %q", ev.Subject, subject)
 			}
+		}
+	})
+}
+
+// FuzzDecodeEntryPoints holds DecodeMsg, DecodeMsgOwned (under each
+// deployment) and DecodeJSON to their promises on any input (checkDecode,
+// checkDecodeJSON). Run it with, for example,
+//
+//	go test ./events -run XXX -fuzz FuzzDecodeEntryPoints -fuzztime 2m -fuzzminimizetime 3s -parallel 1
+//
+// (with one worker, the default minimization of up to a minute per new
+// input stops the fuzzing meanwhile).
+func FuzzDecodeEntryPoints(f *testing.F) {
+	headerText := func(h map[string][]string) string {
+		var lines []string
+		for _, k := range slices.Sorted(maps.Keys(h)) {
+			for _, v := range h[k] {
+				lines = append(lines, k+": "+v)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	// TestDecodeEntryPoints runs every input; a quarter of them seed the
+	// fuzzer, so that plain go test does not run them all twice.
+	for i, m := range decodeInputs(f) {
+		if i%4 == 0 {
+			f.Add(m.subject, headerText(m.header), m.body)
+		}
+	}
+	f.Fuzz(func(t *testing.T, subject, header string, body []byte) {
+		h := parseHeaderText(header)
+		for _, subj := range decodeSubjects {
+			checkDecode(t, subject, h, body, subj)
+		}
+		if h == nil {
+			checkDecodeJSON(t, body)
 		}
 	})
 }

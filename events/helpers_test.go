@@ -25,7 +25,7 @@ var validData = map[string]string{
 }
 
 // carriedPinsData are compaction requests with carried_pins of every shape,
-// valid or not: the general decoder reads them all, for the ledger to
+// valid or not: the decoder reads them all, for the ledger to
 // refuse what is not a list of ranges.
 var carriedPinsData = []string{
 	`{"request_id":"r1","summarizer_input":{"start":8,"end":40},"summary_range":{"start":8,"end":40},"tail_start":40,"carried_pins":[{"start":0,"end":1}]}`,

@@ -17,59 +17,6 @@ type member struct {
 
 var errNotObject = errors.New("not a JSON object")
 
-// parseObject reads raw as exactly one JSON object and returns its members in
-// order. dup is the first name that occurs twice (then members is nil).
-// Member values are sub-slices of raw. Nesting is bounded by encoding/json
-// (10000 levels) and the scan is linear: member values are kept raw, never
-// walked recursively here.
-//
-// Valid JSON, which is what arrives nearly always, is checked by validJSON
-// and then split in one pass with no further checking; anything else takes
-// parseObjectSlow, whose errors say what is wrong.
-func parseObject(raw []byte) (members []member, dup string, err error) {
-	if validJSON(raw) {
-		if members, dup, ok := splitObject(raw); ok {
-			return members, dup, nil
-		}
-	}
-	return parseObjectSlow(raw)
-}
-
-// splitObject returns the members of raw, which must be valid JSON; ok is
-// false when raw is not an object.
-func splitObject(raw []byte) (members []member, dup string, ok bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return nil, "", false
-	}
-	i = skipSpace(raw, i+1)
-	if raw[i] == '}' {
-		return nil, "", true
-	}
-	members = make([]member, 0, 8)
-	for {
-		end := skipValue(raw, i) // the name: a string
-		name, isStr := asString(raw[i:end])
-		if !isStr {
-			return nil, "", false // cannot happen in valid JSON
-		}
-		i = skipSpace(raw, end)
-		i = skipSpace(raw, i+1) // the colon
-		end = skipValue(raw, i)
-		for _, m := range members {
-			if m.name == name {
-				return nil, name, true
-			}
-		}
-		members = append(members, member{name, raw[i:end:end]})
-		i = skipSpace(raw, end)
-		if raw[i] == '}' {
-			return members, "", true
-		}
-		i = skipSpace(raw, i+1) // the comma
-	}
-}
-
 // skipSpace returns the index of the first byte at or after i that is not
 // JSON white space.
 func skipSpace(raw []byte, i int) int {
@@ -271,23 +218,9 @@ func parseUint(raw json.RawMessage) (uint64, string) {
 	}
 	v, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil || v > MaxOffset {
-		return 0, "is " + abbreviate(string(raw)) + ", more than the largest allowed value 2^53 (9007199254740992)"
+		return 0, "is " + Excerpt(string(raw)) + ", more than the largest allowed value 2^53 (9007199254740992)"
 	}
 	return v, ""
-}
-
-func abbreviate(s string) string {
-	const max = 40
-	if len(s) <= max {
-		return s
-	}
-	// Cut at a character's start, never inside one: the message stays
-	// valid UTF-8.
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }
 
 // appendString appends s as a JSON string. It does not escape HTML, so that
@@ -340,7 +273,7 @@ func appendString(b []byte, s string) []byte {
 // plainASCII returns the index of the first byte at or after i that
 // appendString does not copy as it is: a control, DEL, a quote, a backslash,
 // or a byte of a multi-byte character.
-func plainASCII(s string, i int) int {
+func plainASCII[T string | []byte](s T, i int) int {
 	for ; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
 			return i

@@ -18,91 +18,102 @@ func validJSON(b []byte) bool {
 // scanJSON is validJSON, and also reports whether b holds white space
 // outside strings (when it does not, b is already compact).
 func scanJSON(b []byte) (valid, spaced bool) {
+	i := skipSpace(b, 0)
+	end, inner := scanValue(b, i)
+	if end < 0 {
+		return false, false
+	}
+	j := skipSpace(b, end)
+	if j != len(b) {
+		return false, false
+	}
+	return true, inner || i != 0 || j != end
+}
+
+// scanValue checks the JSON value that starts at b[i] (not white space) and
+// returns the index just past it, or -1 when there is no valid value there.
+// spaced reports white space inside the value, outside its strings. Nesting
+// deeper than 10000 levels, counted from this value, is invalid, as in
+// encoding/json.
+func scanValue(b []byte, i int) (end int, spaced bool) {
 	const maxDepth = 10000
 	var stack []byte // '{' or '[' of each open container
-	// skip is skipSpace, noting white space.
-	skip := func(i int) int {
-		j := skipSpace(b, i)
-		if j != i {
-			spaced = true
-		}
-		return j
-	}
-	i := skip(0)
 	for {
 		// A value starts at i.
 		if i >= len(b) {
-			return false, false
+			return -1, false
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
 			if len(stack) >= maxDepth {
-				return false, false
+				return -1, false
 			}
-			stack = append(stack, c)
-			i = skip(i + 1)
-			if i < len(b) && (c == '{' && b[i] == '}' || c == '[' && b[i] == ']') {
-				stack = stack[:len(stack)-1]
-				i++
-				break
+			var empty bool
+			if i, empty = openContainer(b, i, &spaced); i >= 0 && !empty {
+				stack = append(stack, c)
+				continue
 			}
-			if c == '{' {
-				if i = memberStart(b, i, &spaced); i < 0 {
-					return false, false
-				}
-			}
-			continue
 		case c == '"':
-			if i = validString(b, i); i < 0 {
-				return false, false
-			}
+			i = validString(b, i)
 		case c == '-' || '0' <= c && c <= '9':
-			if i = validNumber(b, i); i < 0 {
-				return false, false
-			}
+			i = validNumber(b, i)
 		case c == 't':
-			if i = literal(b, i, "true"); i < 0 {
-				return false, false
-			}
+			i = literal(b, i, "true")
 		case c == 'f':
-			if i = literal(b, i, "false"); i < 0 {
-				return false, false
-			}
+			i = literal(b, i, "false")
 		case c == 'n':
-			if i = literal(b, i, "null"); i < 0 {
-				return false, false
-			}
+			i = literal(b, i, "null")
 		default:
-			return false, false
+			return -1, false
 		}
 		// After a value: close containers, or go on to the next element.
-		for {
-			i = skip(i)
+		for i >= 0 {
 			if len(stack) == 0 {
-				return i == len(b), spaced
+				return i, spaced
 			}
-			if i >= len(b) {
-				return false, false
+			j := skipSpace(b, i)
+			if spaced = spaced || j != i; j >= len(b) {
+				return -1, false
 			}
 			top := stack[len(stack)-1]
-			switch {
-			case b[i] == ',':
-				i = skip(i + 1)
-				if top == '{' {
-					if i = memberStart(b, i, &spaced); i < 0 {
-						return false, false
-					}
+			if b[j] == ',' {
+				if i = skipSpace(b, j+1); i != j+1 {
+					spaced = true
 				}
-			case top == '{' && b[i] == '}' || top == '[' && b[i] == ']':
-				stack = stack[:len(stack)-1]
-				i++
-				continue
-			default:
-				return false, false
+				if top == '{' {
+					i = memberStart(b, i, &spaced)
+				}
+				break
 			}
-			break
+			if top == '{' && b[j] != '}' || top == '[' && b[j] != ']' {
+				return -1, false
+			}
+			stack = stack[:len(stack)-1]
+			i = j + 1
+		}
+		if i < 0 {
+			return -1, false
 		}
 	}
+}
+
+// openContainer reads the '{' or '[' at b[i] and what follows up to the
+// first element's value, whose index it returns; or, when the container is
+// empty, the index just past it (empty). It returns -1 when the JSON is
+// invalid, and sets *spaced when it skips white space.
+func openContainer(b []byte, i int, spaced *bool) (next int, empty bool) {
+	c := b[i]
+	j := skipSpace(b, i+1)
+	if j != i+1 {
+		*spaced = true
+	}
+	if j < len(b) && (c == '{' && b[j] == '}' || c == '[' && b[j] == ']') {
+		return j + 1, true
+	}
+	if c == '{' {
+		j = memberStart(b, j, spaced)
+	}
+	return j, false
 }
 
 // memberStart reads an object member's name and colon at i and returns the

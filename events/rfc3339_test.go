@@ -113,9 +113,9 @@ func TestTimeBothModes(t *testing.T) {
 		body := s.structured(t)
 		h, data, ok := s.binary()
 		require.True(t, ok)
-		checkFastSlow(t, testNATSSubject, nil, body, Subjects{})
-		checkFastSlow(t, testNATSSubject, h, data, Subjects{})
-		checkFastSlowJSON(t, body)
+		checkDecode(t, testNATSSubject, nil, body, Subjects{})
+		checkDecode(t, testNATSSubject, h, data, Subjects{})
+		checkDecodeJSON(t, body)
 		for mode, dec := range map[string]func() (*Event, error){
 			"structured": func() (*Event, error) { return DecodeMsg(testNATSSubject, nil, body, Subjects{}) },
 			"binary":     func() (*Event, error) { return DecodeMsg(testNATSSubject, h, data, Subjects{}) },

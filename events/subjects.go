@@ -333,30 +333,40 @@ func (s Subjects) SessionOf(natsSubject string) (string, error) {
 	return tok, nil
 }
 
+// sessionOf is SessionOf with its *Error. It does not allocate unless it
+// fails.
 func (s Subjects) sessionOf(natsSubject string) (string, *Error) {
-	if pub := s.Published(natsSubject); pub != natsSubject {
-		return s.sessionOf(pub)
+	rest, ok := strings.CutPrefix(natsSubject, s.prefix())
+	if tok, events := strings.CutPrefix(rest, ".events."); ok && events && ValidSessionID(tok) {
+		return tok, nil // "<prefix>.events.<session>", as agents publish
 	}
-	p := s.prefix() + ".events."
-	tok, ok := strings.CutPrefix(natsSubject, p)
-	if !ok {
-		if tok, ok = s.ControlToken(natsSubject); ok {
-			p = s.prefix() + ".control."
+	if ok && strings.HasPrefix(rest, partitioned) {
+		if tok, _, stored := s.storedParts(natsSubject); stored {
+			// Published(natsSubject) is "<prefix>.<kind>.<tok>", and tok
+			// holds no dot: only the token's validity is left to check. It
+			// is read in place, not from the subject Published builds.
+			if ValidSessionID(tok) {
+				return tok, nil
+			}
+			return "", errSessionToken(tok)
 		}
 	}
-	if !ok {
-		return "", Errorf(CodeBadSessionID, "subject",
-			"the event arrived on NATS subject %q, which is not an events subject; publish each event on %s<session id>", Excerpt(natsSubject), p)
+	kind := ".events."
+	tok, isKind := strings.CutPrefix(rest, kind)
+	if !isKind {
+		if tok, isKind = strings.CutPrefix(rest, ".control."); isKind {
+			kind = ".control."
+		}
 	}
-	if strings.Contains(tok, ".") {
-		return "", Errorf(CodeBadSessionID, "subject",
-			"the event arrived on NATS subject %q, which has more than one token after %q; a session id is a single token of letters, digits, '_' and '-'", Excerpt(natsSubject), p)
+	switch {
+	case !ok || !isKind:
+		return "", s.errNotEventsSubject(natsSubject)
+	case ValidSessionID(tok): // one token: a session id holds no dot
+		return tok, nil
+	case strings.Contains(tok, "."):
+		return "", errSubjectTokens(natsSubject, s.prefix()+kind)
 	}
-	if !ValidSessionID(tok) {
-		return "", Errorf(CodeBadSessionID, "subject",
-			"the NATS subject token %q is not a valid session id; use 1 to 128 of the characters A-Z, a-z, 0-9, '_' and '-'", Excerpt(tok))
-	}
-	return tok, nil
+	return "", errSessionToken(tok)
 }
 
 // ValidSessionID reports whether id matches [A-Za-z0-9_-]{1,128}.
