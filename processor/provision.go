@@ -102,29 +102,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 	if err != nil {
 		return nil, err
 	}
-	res.Sessions, err = js.KeyValue(ctx, n.Sessions)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
-		res.Sessions, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: n.Sessions, Description: "seamguard: session ledgers and the last applied event sequence",
-			History: 1, Storage: storage, Replicas: c.Replicas,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("processor: create bucket %s: %w", n.Sessions, err)
-		}
-	case err != nil:
-		return nil, fmt.Errorf("processor: bucket %s: %w", n.Sessions, err)
-	default:
-		st, err := res.Sessions.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("processor: bucket %s: %w", n.Sessions, err)
-		}
-		if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Storage != storage {
-			return nil, fmt.Errorf("%w: bucket %s has %s storage, the configuration asks for %s", ErrIncompatible, n.Sessions, info.StreamInfo().Config.Storage, storage)
-		}
-		if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.MaxMsgSize > 0 {
-			res.SessionsMaxValue = int(info.StreamInfo().Config.MaxMsgSize)
-		}
+	res.Sessions, res.SessionsMaxValue, err = ensureSessions(ctx, js, n.Sessions, storage, c.Replicas)
+	if err != nil {
+		return nil, err
 	}
 	// An identity that may not update the bucket's stream still serves,
 	// writing each state on its own.
@@ -143,6 +123,41 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		return nil, fmt.Errorf("processor: bucket %s: %w", n.Leases, err)
 	}
 	return &res, nil
+}
+
+// ensureSessions creates the session bucket, or checks an existing one,
+// and returns it with its value limit (0 for none).
+func ensureSessions(ctx context.Context, js jetstream.JetStream, bucket string, storage jetstream.StorageType, replicas int) (jetstream.KeyValue, int, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: bucket, Description: "seamguard: session ledgers and the last applied event sequence",
+			History: 1, Storage: storage, Replicas: replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Another instance created it first and may already have
+			// updated it (allowAtomic): it is checked as an existing one.
+			kv, err = js.KeyValue(ctx, bucket)
+		} else if err != nil {
+			return nil, 0, fmt.Errorf("processor: create bucket %s: %w", bucket, err)
+		}
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("processor: bucket %s: %w", bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("processor: bucket %s: %w", bucket, err)
+	}
+	info, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return kv, 0, nil
+	}
+	cfg := info.StreamInfo().Config
+	if cfg.Storage != storage {
+		return nil, 0, fmt.Errorf("%w: bucket %s has %s storage, the configuration asks for %s", ErrIncompatible, bucket, cfg.Storage, storage)
+	}
+	return kv, max(int(cfg.MaxMsgSize), 0), nil
 }
 
 // allowAtomicWait bounds allowAtomic's update.
@@ -185,10 +200,17 @@ func ensureSpills(ctx context.Context, js jetstream.JetStream, bucket string, st
 			Bucket: bucket, Description: "seamguard: lossless session transcripts",
 			Storage: storage, Replicas: c.Replicas, MaxBytes: maxBytes,
 		})
-		if err != nil {
-			return nil, fmt.Errorf("processor: create object store %s: %w", bucket, err)
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			if err != nil {
+				return nil, fmt.Errorf("processor: create object store %s: %w", bucket, err)
+			}
+			return obs, nil
 		}
-		return obs, nil
+		// Created by another instance first: checked as an existing one.
+		obs, err = js.ObjectStore(ctx, bucket)
+		if err != nil {
+			return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
+		}
 	case err != nil:
 		return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
 	}
@@ -264,10 +286,15 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
-		if err != nil {
-			return nil, fmt.Errorf("processor: create stream %s: %w", want.Name, err)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			if err != nil {
+				return nil, fmt.Errorf("processor: create stream %s: %w", want.Name, err)
+			}
+			return s, nil
 		}
-		return s, nil
+		// Created by another instance first, with a configuration since
+		// updated: checked as an existing one.
+		s, err = js.Stream(ctx, want.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("processor: stream %s: %w", want.Name, err)

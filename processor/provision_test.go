@@ -1,6 +1,7 @@
 package processor_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -278,4 +279,28 @@ func TestProvisionVerdictsAllowDirect(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, e.streamInfo(t, cfg2.Names().Verdicts).Config.AllowDirect)
 	assert.False(t, e.streamInfo(t, cfg2.Names().Events).Config.AllowDirect)
+}
+
+// TestProvisionConcurrently: instances started together each provision the
+// same fresh resources; whichever creates one first, the others find it
+// (however far the creator has got in updating it) and check it, none fails.
+func TestProvisionConcurrently(t *testing.T) {
+	e := newEnv(t)
+	const rounds, instances = 40, 8
+	for round := range rounds {
+		cfg := baseConfig()
+		cfg.Prefix = fmt.Sprintf("race%d", round)
+		errs := make(chan error, instances)
+		for range instances {
+			go func() {
+				_, err := processor.Provision(e.ctx, e.JS, cfg)
+				errs <- err
+			}()
+		}
+		for range instances {
+			require.NoError(t, <-errs, "round %d", round)
+		}
+		info := e.streamInfo(t, cfg.Names().SessionsStream())
+		assert.True(t, info.Config.AllowAtomicPublish, "round %d: the session bucket takes atomic batches", round)
+	}
 }

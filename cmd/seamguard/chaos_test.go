@@ -183,6 +183,7 @@ type procRunner struct {
 	cmd  *exec.Cmd
 	logs bytes.Buffer
 	n    int
+	from int // where the running process's output starts in logs
 }
 
 func (p *procRunner) start() {
@@ -196,6 +197,7 @@ func (p *procRunner) start() {
 	}
 	cmd := exec.Command(p.bin, append([]string{"serve"}, args...)...)
 	fmt.Fprintf(&p.logs, "--- process %d\n", p.n)
+	p.from = p.logs.Len()
 	cmd.Stdout, cmd.Stderr = &syncWriter{mu: &p.mu, w: &p.logs}, &syncWriter{mu: &p.mu, w: &p.logs}
 	require.NoError(p.t, cmd.Start())
 	p.cmd = cmd
@@ -227,6 +229,12 @@ func (p *procRunner) term(limit time.Duration) (time.Duration, error) {
 		return 0, nil
 	}
 	began := time.Now()
+	// A SIGTERM that lands before serve has installed its handler (a
+	// process started a moment ago) ends it by the signal, not a drain:
+	// the drain under test starts once serve says it is serving.
+	for !p.serving() && time.Since(began) < limit && !exited(cmd) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return 0, err
 	}
@@ -240,6 +248,24 @@ func (p *procRunner) term(limit time.Duration) (time.Duration, error) {
 		<-done
 		return limit, fmt.Errorf("serve did not exit within %s of SIGTERM; killed", limit)
 	}
+}
+
+// serving reports whether the running process has said it is serving.
+func (p *procRunner) serving() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Contains(p.logs.Bytes()[p.from:], []byte("seamguard serving on"))
+}
+
+// exited reports whether cmd's process has ended: reaped, or a zombie
+// waiting to be (which still takes signals without an error).
+func exited(cmd *exec.Cmd) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return true
+	}
+	_, rest, _ := bytes.Cut(stat, []byte(") "))
+	return len(rest) == 0 || rest[0] == 'Z'
 }
 
 // String returns everything the processes wrote so far.
