@@ -2,14 +2,9 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 )
-
-// ErrBrokenChain is what ChainWalk's errors for a link that does not hold
-// wrap, unless the walk names another error (ChainWalk.Broken).
-var ErrBrokenChain = errors.New("events: broken spill chain")
 
 // ChainWalk follows a spill chain back from its newest spill through each
 // spill's previous one, checking every link: the one walk of every reader

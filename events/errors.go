@@ -1,6 +1,9 @@
 package events
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Code is a rejection code of io.seamguard.event.rejected (docs/contract.md, Outputs).
 type Code string
@@ -88,3 +91,7 @@ func (e *Error) Unwrap() error { return e.Err }
 func Errorf(code Code, field, format string, args ...any) *Error {
 	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
+
+// ErrBrokenChain is what ChainWalk's errors for a link that does not hold
+// wrap, unless the walk names another error (ChainWalk.Broken).
+var ErrBrokenChain = errors.New("events: broken spill chain")

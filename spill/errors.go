@@ -100,3 +100,47 @@ func retryable(err error) bool {
 	return !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrPermanent) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
+
+// ReadKind says why a Reader refused a read.
+type ReadKind int
+
+// The kinds of ReadError.
+const (
+	// ReadFailed: JetStream failed. Msg names what was being done, Err is
+	// JetStream's error.
+	ReadFailed ReadKind = iota + 1
+	// ReadNotFound: the bucket has no object of the name (Err matches
+	// jetstream.ErrObjectNotFound).
+	ReadNotFound
+	// ReadNotSpill: the object is a link, or not one Write wrote.
+	ReadNotSpill
+	// ReadOtherSession: the object is a spill of another session.
+	ReadOtherSession
+	// ReadBadRequest: the offset is past the spill's end, or the cursor is
+	// not one a read of this spill returned for the offset.
+	ReadBadRequest
+	// ReadStale: the cursor was returned for another version of the spill
+	// (its name was written again since).
+	ReadStale
+	// ReadDamaged: the spill's chunks do not fit its info.
+	ReadDamaged
+)
+
+// ReadError is a read a Reader refused: Msg says what is wrong and what
+// to do, as a service answers it; Err is the cause, when there is one.
+type ReadError struct {
+	Kind ReadKind
+	Msg  string
+	Err  error
+}
+
+// Error is Msg, and the cause's error when there is one.
+func (e *ReadError) Error() string {
+	if e.Err != nil {
+		return "spill: " + e.Msg + ": " + e.Err.Error()
+	}
+	return "spill: " + e.Msg
+}
+
+// Unwrap returns the cause.
+func (e *ReadError) Unwrap() error { return e.Err }

@@ -23,89 +23,118 @@ type Evaluation struct {
 // the ledger, plus the size of what it reports: it never walks the truncated
 // set, only looks up the windows the checks are about.
 func (l *Ledger) Evaluate(b *events.CompactionRequested) Evaluation {
+	w := l.windowsOf(b)
+	var e Evaluation
+	// Reasons are appended in the order of their codes.
+	l.checkHeld(&e, b, w)
+	l.checkSequence(&e, b, w)
+	e.Coverage = w.C
+	return e
+}
+
+// windows are the offsets one request's checks are about (the names are
+// docs/contract.md's), computed once.
+type windows struct {
+	whole, in, tail, floor, reach, S Range
+	T                                RangeSet // truncated
+	R                                RangeSet // the retained tail: tail \ T
+	C                                RangeSet // the coverage this compaction would commit
+	dropped                          RangeSet // N \ (R ∪ carried)
+}
+
+func (l *Ledger) windowsOf(b *events.CompactionRequested) windows {
 	h := l.head
-	T := l.truncated
-	whole := Range{Start: 0, End: h}
-	in := Range{Start: min(b.SummarizerInput.Start, h), End: min(b.SummarizerInput.End, h)} // I
-	tail := Range{Start: min(b.TailStart, h), End: h}
-	floor := Range{Start: h - min(l.span, h), End: h}                               // F
-	reach := Range{Start: b.TailStart - min(l.span, b.TailStart), End: b.TailStart} // reach
-	S := b.SummaryRange
-
-	// R = tail \ T; F \ I' = (F \ I) ∪ (F ∩ I ∩ T), likewise for reach.
-	R := RangeDiff(tail, T)
-	notInInput := func(w Range) RangeSet {
-		out := RangeDiff(w, NewRangeSet(in))
-		out.AddSet(T.Within(intersect(w, in)))
-		return out
+	w := windows{
+		whole: Range{Start: 0, End: h},
+		in:    Range{Start: min(b.SummarizerInput.Start, h), End: min(b.SummarizerInput.End, h)}, // I
+		tail:  Range{Start: min(b.TailStart, h), End: h},
+		floor: Range{Start: h - min(l.span, h), End: h},                               // F
+		reach: Range{Start: b.TailStart - min(l.span, b.TailStart), End: b.TailStart}, // reach
+		S:     b.SummaryRange,
+		T:     l.truncated,
 	}
+	w.R = RangeDiff(w.tail, w.T)
 	// C = ((S ∩ I) \ T) ∪ (S ∩ K'), K' = K when the request carries it.
-	C := RangeDiff(intersect(S, in), T)
+	w.C = RangeDiff(intersect(w.S, w.in), w.T)
 	if b.CarriesPriorSummary {
-		C.AddSet(l.committed.Within(S))
+		w.C.AddSet(l.committed.Within(w.S))
 	}
-
 	// N \ (R ∪ carried): the pinned offsets before the tail, and those in
 	// it that are truncated, minus the carried ones.
-	dropped := l.pinned.Within(Range{Start: 0, End: tail.Start})
-	dropped.AddSet(Intersect(l.pinned.Within(tail), T))
-	if !dropped.IsEmpty() && len(b.CarriedPins) > 0 {
-		dropped = Diff(dropped, NewRangeSet(b.CarriedPins...))
+	w.dropped = l.pinned.Within(Range{Start: 0, End: w.tail.Start})
+	w.dropped.AddSet(Intersect(l.pinned.Within(w.tail), w.T))
+	if !w.dropped.IsEmpty() && len(b.CarriedPins) > 0 {
+		w.dropped = Diff(w.dropped, NewRangeSet(b.CarriedPins...))
 	}
+	return w
+}
 
-	var e Evaluation
-	fail := func(code events.ReasonCode, risk RangeSet, msg string) {
-		e.Reasons = append(e.Reasons, events.Reason{Code: code, Message: msg, AtRisk: nonNil(risk.Ranges())})
-		if code == events.ReasonPinDropped {
-			e.Dropped = risk
-		} else {
-			e.AtRisk.AddSet(risk)
-		}
+// notInInput is x \ I' for a window x: (x \ I) ∪ (x ∩ I ∩ T).
+func (w windows) notInInput(x Range) RangeSet {
+	out := RangeDiff(x, NewRangeSet(w.in))
+	out.AddSet(w.T.Within(intersect(x, w.in)))
+	return out
+}
+
+// fail records a failed check and its offsets at risk.
+func (e *Evaluation) fail(code events.ReasonCode, risk RangeSet, msg string) {
+	e.Reasons = append(e.Reasons, events.Reason{Code: code, Message: msg, AtRisk: nonNil(risk.Ranges())})
+	if code == events.ReasonPinDropped {
+		e.Dropped = risk
+	} else {
+		e.AtRisk.AddSet(risk)
 	}
-	unit, floorUnit := l.unit.unit(), l.floorUnit.unit()
-	// Reasons are appended in the order of their codes.
-	if risk := RangeDiff(whole, Union(C, R)); !risk.IsEmpty() {
-		fail(events.ReasonCoverageHole, risk, coverageHoleMessage(risk, C, T.Within(whole), l.committed, b.CarriesPriorSummary))
+}
+
+// checkHeld runs the checks of what holds each offset after the compaction
+// (coverage_hole to reach_not_in_input, in the order of their codes).
+func (l *Ledger) checkHeld(e *Evaluation, b *events.CompactionRequested, w windows) {
+	floorUnit := l.floorUnit.unit()
+	if risk := RangeDiff(w.whole, Union(w.C, w.R)); !risk.IsEmpty() {
+		e.fail(events.ReasonCoverageHole, risk, coverageHoleMessage(risk, w.C, w.T.Within(w.whole), l.committed, b.CarriesPriorSummary))
 	}
-	if risk := notInInput(floor); !risk.IsEmpty() {
-		fail(events.ReasonFloorNotInInput, risk, fmt.Sprintf(
+	if risk := w.notInInput(w.floor); !risk.IsEmpty() {
+		e.fail(events.ReasonFloorNotInInput, risk, fmt.Sprintf(
 			"the recovery floor [%d, %d) is not all in the summarizer's input: offsets %s are outside it or truncated; give the summarizer every turn of the floor",
-			floor.Start, floor.End, FormatRanges(risk.Ranges())))
+			w.floor.Start, w.floor.End, FormatRanges(risk.Ranges())))
 	}
-	if risk := RangeDiff(floor, R); !risk.IsEmpty() {
-		fail(events.ReasonFloorNotInTail, risk, fmt.Sprintf(
+	if risk := RangeDiff(w.floor, w.R); !risk.IsEmpty() {
+		e.fail(events.ReasonFloorNotInTail, risk, fmt.Sprintf(
 			"the recovery floor [%d, %d) is not all in the retained tail from %d: offsets %s are before the tail or truncated; keep the last %d %s verbatim",
-			floor.Start, floor.End, b.TailStart, FormatRanges(risk.Ranges()), l.span, floorUnit))
+			w.floor.Start, w.floor.End, b.TailStart, FormatRanges(risk.Ranges()), l.span, floorUnit))
 	}
-	if !dropped.IsEmpty() {
-		fail(events.ReasonPinDropped, dropped, fmt.Sprintf(
+	if !w.dropped.IsEmpty() {
+		e.fail(events.ReasonPinDropped, w.dropped, fmt.Sprintf(
 			"pinned offsets %s would leave the working context: they are neither in the retained tail from %d (truncated offsets are not in it) nor in carried_pins. Put them back verbatim: send the compaction again with \"carried_pins\": %s. Unpin them with io.seamguard.context.unpinned once they no longer bind the agent. A spill does not cure this: it keeps the transcript, not the context",
-			FormatRanges(dropped.Ranges()), b.TailStart, jsonRanges(dropped.Ranges())))
+			FormatRanges(w.dropped.Ranges()), b.TailStart, jsonRanges(w.dropped.Ranges())))
 	}
-	if risk := notInInput(reach); !risk.IsEmpty() {
-		fail(events.ReasonReachNotInInput, risk, fmt.Sprintf(
+	if risk := w.notInInput(w.reach); !risk.IsEmpty() {
+		e.fail(events.ReasonReachNotInInput, risk, fmt.Sprintf(
 			"the summarizer's input does not reach back %d %s before the tail start %d: offsets %s are outside it or truncated; start the summarizer's input at %d or earlier, with those turns present",
-			l.span, floorUnit, b.TailStart, FormatRanges(risk.Ranges()), reach.Start))
+			l.span, floorUnit, b.TailStart, FormatRanges(risk.Ranges()), w.reach.Start))
 	}
-	if S.End < b.TailStart {
-		risk := NewRangeSet(Range{Start: S.End, End: b.TailStart})
-		fail(events.ReasonSeamGap, risk, fmt.Sprintf(
+}
+
+// checkSequence runs the checks of the request's and the session's
+// sequence of offsets (seam_gap, sequence_gap, unit_mismatch).
+func (l *Ledger) checkSequence(e *Evaluation, b *events.CompactionRequested, w windows) {
+	if w.S.End < b.TailStart {
+		risk := NewRangeSet(Range{Start: w.S.End, End: b.TailStart})
+		e.fail(events.ReasonSeamGap, risk, fmt.Sprintf(
 			"the summary ends at %d but the tail starts at %d: offsets %s fall in the seam between them; end the summary at the tail start",
-			S.End, b.TailStart, FormatRanges(risk.Ranges())))
+			w.S.End, b.TailStart, FormatRanges(risk.Ranges())))
 	}
-	if risk := RangeDiff(whole, l.received); !risk.IsEmpty() {
-		fail(events.ReasonSequenceGap, risk, fmt.Sprintf(
+	if risk := RangeDiff(w.whole, l.received); !risk.IsEmpty() {
+		e.fail(events.ReasonSequenceGap, risk, fmt.Sprintf(
 			"offsets %s were never received; publish the missing turns before compacting",
 			FormatRanges(risk.Ranges())))
 	}
-	if unit != floorUnit {
-		risk := NewRangeSet(whole)
-		fail(events.ReasonUnitMismatch, risk, fmt.Sprintf(
+	if unit, floorUnit := l.unit.unit(), l.floorUnit.unit(); unit != floorUnit {
+		risk := NewRangeSet(w.whole)
+		e.fail(events.ReasonUnitMismatch, risk, fmt.Sprintf(
 			"the recovery floor counts %s but the session's truncator evicts %s, so the floor cannot be enforced and offsets %s are at risk; open the session with a floor in %s",
 			floorUnit, unit, FormatRanges(risk.Ranges()), unit))
 	}
-	e.Coverage = C
-	return e
 }
 
 // coverageHoleMessage says why offsets risk are in neither the coverage C
