@@ -108,6 +108,10 @@ func publishAsync(js jetstream.JetStream, msgs []*nats.Msg) error {
 	return nil
 }
 
+// burstAckPending is serve's --max-ack-pending in TestBurst: both backlogs
+// are several times what the consumers may have in flight.
+const burstAckPending = 256
+
 // burst publishes the fleet to a fresh server with no processor running,
 // then starts one and measures it until the backlog is drained.
 func burst(t *testing.T, bin string, w *workload.Workload) burstRun {
@@ -128,7 +132,8 @@ func burst(t *testing.T, bin string, w *workload.Workload) burstRun {
 	run.PublishSecs = time.Since(t0).Seconds()
 	require.Equal(t, uint64(len(msgs)), countMsgs(t, js, "SEAMGUARD_EVENTS"))
 
-	p := &procRunner{t: t, bin: bin, url: srv.url()}
+	p := &procRunner{t: t, bin: bin, url: srv.url(), args: []string{"--nats-url", srv.url(), "--source", "urn:seamguard:test",
+		"--shards", "4", "--ack-wait", "2s", "--lease-ttl", "1s", "--log-level", "warn", "--max-ack-pending", strconv.Itoa(burstAckPending)}}
 	defer p.cleanup()
 	t1 := time.Now()
 	p.start()
@@ -177,8 +182,9 @@ func burst(t *testing.T, bin string, w *workload.Workload) burstRun {
 // processor runs, then drained by one started late. It drains two backlogs
 // over the same sessions, one four times the other, and checks that the
 // processor's peak RSS does not follow the backlog: fetches, shard queues
-// and unacknowledged deliveries are bounded, so only the sessions' ledgers
-// grow, and they are the same sessions.
+// and unacknowledged deliveries are bounded (serve --max-ack-pending, here
+// well below the smaller backlog), so only the sessions' ledgers grow, and
+// they are the same sessions.
 //
 // The default (short) size runs in CI; -burst=full drains 100,000 events:
 //
@@ -210,9 +216,12 @@ func TestBurst(t *testing.T) {
 	}
 	for _, r := range []burstRun{small, large} {
 		assert.NotZero(t, r.Verdicts)
-		// MaxAckPending of the consumers bounds what is in flight.
-		// serve --shards 4: each consumer allows 4 shards x QueueDepth.
-		assert.LessOrEqual(t, r.MaxAckPending, 4*processor.DefaultQueueDepth*(processor.DefaultPartitions+1))
+		// MaxAckPending of the consumers (one a partition and the
+		// control consumer) bounds what is in flight, well below either
+		// backlog.
+		bound := burstAckPending * (processor.DefaultPartitions + 1)
+		assert.LessOrEqual(t, r.MaxAckPending, bound)
+		assert.Greater(t, r.Events, 4*bound, "the backlog is several times what may be in flight")
 	}
 	// Four times the backlog must not mean anywhere near four times the
 	// memory.

@@ -216,6 +216,7 @@ const (
 var (
 	meansDefaultWidth      = fmt.Sprintf("the default, %d", inspect.DefaultWidth)
 	meansDefaultPartitions = fmt.Sprintf("the existing stream's, or %d for a new one", processor.DefaultPartitions)
+	meansShardsTimesQueue  = fmt.Sprintf("--shards times %d", processor.DefaultQueueDepth)
 )
 
 // orZero makes 0 a value of f too, meaning what.

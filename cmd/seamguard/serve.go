@@ -73,6 +73,7 @@ func (p *procFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cfg.Prefix, "prefix", "seamguard", "first subject token and stem of every stream, bucket and object store name")
 	fs.Var(ints(&p.cfg.Replicas, 0, 1, 5).orZero(meansAutoReplicas), "replicas", "replicas of streams, bucket and object store")
 	fs.Var(ints(&p.cfg.Shards, processor.DefaultShards, 1, 1024), "shards", "owner goroutines; each session always goes to the same one")
+	fs.Var(ints(&p.cfg.MaxAckPending, 0, 1, 1_000_000).orZero(meansShardsTimesQueue), "max-ack-pending", "inputs each partition's consumer may have delivered and unacknowledged at once: what a backlog can hold in memory")
 	fs.Var(ints(&p.cfg.Partitions, 0, 1, 1024).orZero(meansDefaultPartitions), "partitions", "partitions of the events stream, each consumed by one instance at a time (fixed once the stream exists)")
 	fs.Var(durations(&p.cfg.LeaseTTL, processor.DefaultLeaseTTL, time.Second, time.Hour), "lease-ttl", "how long a partition's lease outlives an instance that stopped renewing it: the failover time (the same on every instance)")
 	fs.Var(durations(&p.cfg.LeaseTTL, processor.DefaultLeaseTTL, time.Second, time.Hour), "pinned-ttl", "the former name of --lease-ttl")
