@@ -92,7 +92,12 @@
 //     it, or the accepted events read differ in number from the request's
 //     count (an event in between was deleted). The check happens before the
 //     last chunk is sent, so an incomplete transcript never becomes an
-//     object.
+//     object. A stream's answer that it holds no message at a sequence is
+//     taken as the event being gone only when the stream's leader shows it
+//     has applied that sequence (its state ends there or later), then
+//     still finds nothing there, and is the same leader afterwards: a
+//     leader elected a moment ago answers before it has applied its log,
+//     and that is ErrUnavailable, for a later attempt.
 //   - ErrQuota (also ErrPermanent), at once: the spill would exceed
 //     SpillRequest.MaxBytes, what is left of the session's spill quota.
 //   - ErrStorageFull (also ErrPermanent), at once: JetStream refused a

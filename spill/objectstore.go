@@ -468,14 +468,17 @@ func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.
 func (s *Store) checkSeq(ctx context.Context, str jetstream.Stream, session string, seq uint64, what string) error {
 	m, err := str.GetMsg(ctx, seq)
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound) && s.behind(ctx, str, seq):
-		return fmt.Errorf("%w: stream %s answered that it holds no sequence %d yet (a new leader still applying what it was sent?); session %s's transcript cannot be read now",
-			ErrUnavailable, s.Stream, seq, session)
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		m, err = s.confirmGone(ctx, str, session, seq)
+	case err != nil:
+		err = fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
+	}
+	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("%w: session %s's %s at stream sequence %d is no longer in stream %s (aged out, purged or deleted); the transcript cannot be spilled whole",
 			ErrIncomplete, session, what, seq, s.Stream)
 	case err != nil:
-		return fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
+		return err
 	case !s.Subjects.HoldsInput(session, m.Subject):
 		return fmt.Errorf("%w: stream %s holds %s at sequence %d, not session %s's %s",
 			ErrIncomplete, s.Stream, m.Subject, seq, session, what)
@@ -483,13 +486,48 @@ func (s *Store) checkSeq(ctx context.Context, str jetstream.Stream, session stri
 	return nil
 }
 
-// behind reports whether the stream's state ends before seq, or cannot be
-// read: then a message not found at seq is no sign that it is gone, since
-// the transcript's sequences were all delivered from this stream (a leader
-// elected a moment ago may answer before it has applied its log).
-func (s *Store) behind(ctx context.Context, str jetstream.Stream, seq uint64) bool {
-	info, err := str.Info(ctx)
-	return err != nil || info.State.LastSeq < seq
+// confirmGone reads seq again after its leader answered that it holds no
+// such message, and returns the message, or jetstream.ErrMsgNotFound only
+// when the stream is sure: the transcript's sequences were all delivered
+// from this stream, and a leader elected a moment ago may answer before it
+// has applied its log. So the leader must first show that it has applied
+// seq (its state ends at seq or later), then not find it, and still be the
+// leader afterwards; anything else is ErrUnavailable, for a later attempt.
+func (s *Store) confirmGone(ctx context.Context, str jetstream.Stream, session string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	unavailable := func(why string) error {
+		return fmt.Errorf("%w: stream %s answered that it holds no sequence %d, %s; session %s's transcript cannot be read now",
+			ErrUnavailable, s.Stream, seq, why, session)
+	}
+	before, err := str.Info(ctx)
+	switch {
+	case err != nil:
+		return nil, unavailable(fmt.Sprintf("and its state cannot be read (%v)", err))
+	case before.State.LastSeq < seq:
+		return nil, unavailable(fmt.Sprintf("and its state ends at %d (a new leader still applying what it was sent?)", before.State.LastSeq))
+	}
+	m, err := str.GetMsg(ctx, seq)
+	if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err != nil {
+			return nil, fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
+		}
+		return m, nil
+	}
+	after, err := str.Info(ctx)
+	switch {
+	case err != nil:
+		return nil, unavailable(fmt.Sprintf("and its state cannot be read again (%v)", err))
+	case leaderOf(after) != leaderOf(before):
+		return nil, unavailable(fmt.Sprintf("while its leader changed from %q to %q", leaderOf(before), leaderOf(after)))
+	}
+	return nil, jetstream.ErrMsgNotFound
+}
+
+// leaderOf names the stream's leader in info ("" on a single server).
+func leaderOf(info *jetstream.StreamInfo) string {
+	if info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
 }
 
 // produce reads the session's events with an ordered consumer, from where

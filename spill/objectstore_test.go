@@ -598,3 +598,51 @@ func TestWriteChunksStoredOutOfOrder(t *testing.T) {
 	requireOnly(ctx, t, h, req.Name)
 	t.Logf("spill %s: %d chunks, %d chunk publishes over all attempts", hd.Name, info.Chunks, n.Load())
 }
+
+// A stream leader elected a moment ago may answer that it holds no message
+// at a sequence it has not applied yet, and hold it a moment later. The
+// spill must not take the first answer for the transcript's end being gone
+// (ErrIncomplete halts the session): the stream's state shows it holds the
+// sequence, and the message read again is there.
+func TestWriteLeaderNotYetApplied(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := testCtx(t)
+	req, _ := smallSession(t, h, 6, "t")
+	fresh := &freshLeaderJS{JetStream: h.js, seq: req.LastSeq}
+	h.store.JS = fresh
+	h.store.Retries = 1
+	_, err := h.store.Write(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, int32(1), fresh.missed.Load(), "the leader answered not found once")
+	var got bytes.Buffer
+	_, err = h.store.Get(ctx, req.Name, &got)
+	require.NoError(t, err)
+}
+
+// freshLeaderJS answers the first read of seq from a stream as a leader
+// that has not applied it yet: no such message.
+type freshLeaderJS struct {
+	jetstream.JetStream
+	seq    uint64
+	missed atomic.Int32
+}
+
+func (f *freshLeaderJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := f.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &freshLeaderStream{Stream: s, js: f}, nil
+}
+
+type freshLeaderStream struct {
+	jetstream.Stream
+	js *freshLeaderJS
+}
+
+func (s *freshLeaderStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	if seq == s.js.seq && s.js.missed.CompareAndSwap(0, 1) {
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return s.Stream.GetMsg(ctx, seq, opts...)
+}
