@@ -47,11 +47,25 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 	}
 	r := p.reader(filters)
 	r.pre = &s.pre
+	expect := expected(m, limit, r.filters)
 	for sess.seq < limit {
 		raw, err := r.next(ctx, b, sess.seq+1)
 		if err != nil {
 			s.drop(sess.id)
 			return err
+		}
+		if raw == nil && expect {
+			// Nothing at all, though the input at hand is stored past
+			// limit on one of the subjects read: a stream leader that has
+			// not applied its log yet answers so. Asked again once the
+			// stream shows the input applied, the answer stands.
+			expect = false
+			if err := p.applied(ctx, b, limit+1); err != nil {
+				s.drop(sess.id)
+				return err
+			}
+			r = p.reader(filters)
+			continue
 		}
 		if raw == nil || raw.Sequence > limit {
 			return nil
@@ -75,6 +89,39 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 		sess.seq = raw.Sequence
 	}
 	return nil
+}
+
+// expected reports whether input m, delivered at stream sequence limit+1,
+// is stored under one of filters: a catch-up's lookups up to limit must then
+// find at least m.
+func expected(m jetstream.Msg, limit uint64, filters []string) bool {
+	if m == nil {
+		return false
+	}
+	md, err := m.Metadata()
+	if err != nil || md.Sequence.Stream != limit+1 {
+		return false
+	}
+	// Deliveries carry the subject the stream stored; filters are
+	// literal stored subjects (events.Subjects.SessionFilters).
+	return slices.Contains(filters, m.Subject())
+}
+
+// applied waits, with b's retries, until the events stream's leader shows
+// it has applied stream sequence seq: errLeaderBehind while it has not.
+func (p *Processor) applied(ctx context.Context, b *budget, seq uint64) error {
+	for attempt := 0; ; attempt++ {
+		info, err := p.res.Events.Info(ctx)
+		if err == nil && info.State.LastSeq >= seq {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: its state ends at %d, a delivered input is at %d", errLeaderBehind, info.State.LastSeq, seq)
+		}
+		if rerr := b.retry(ctx, attempt, err); rerr != nil {
+			return fmt.Errorf("processor: reading the events stream's state: %w", rerr)
+		}
+	}
 }
 
 // streamReader reads the events stream's messages matching any of its

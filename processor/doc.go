@@ -236,7 +236,12 @@
 // is read again from the bucket before it is used, and catches up from the
 // stream: the messages after its stored sequence that were delivered
 // elsewhere and not acknowledged are applied in order, ahead of their
-// redelivery, which is then skipped. The bucket's compare-and-swap is the
+// redelivery, which is then skipped. The catch-up's lookups are answered by
+// the events stream's leader; one elected a moment ago may answer before it
+// has applied its log, and answer that nothing follows the stored sequence
+// although the input at hand is stored there. Such an answer is not
+// trusted: the catch-up waits until the stream's state shows the input
+// applied and asks again. The bucket's compare-and-swap is the
 // fence: an instance that lost a session and still writes gets a revision
 // mismatch, drops the session and leaves its inputs unacknowledged for the
 // owner. Because a decision depends only on the session's inputs in stream

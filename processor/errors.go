@@ -42,6 +42,10 @@ var (
 	// the general way.
 	errPositionAnswer = errors.New("processor: a lookup's answer is not in the usual form")
 
+	// errLeaderBehind means the events stream's leader has not applied
+	// what it holds up to a delivered input yet (elected a moment ago).
+	errLeaderBehind = errors.New("processor: the events stream's leader is behind its log")
+
 	// errFenced means another writer changed a session's stored state.
 	errFenced = errors.New("processor: session state changed by another writer")
 )
