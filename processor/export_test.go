@@ -25,3 +25,12 @@ func OnRebuildHolding(f func()) (restore func()) {
 	rebuildHolding = f
 	return func() { rebuildHolding = nil }
 }
+
+// LookupsLag has every catch-up lookup of a filter f returns true for
+// answer that nothing follows, as a stream leader that has not applied its
+// log yet does. It returns the function that puts things back. Call it
+// only while no processor runs.
+func LookupsLag(f func(filter string) bool) (restore func()) {
+	lookupLags = f
+	return func() { lookupLags = nil }
+}
