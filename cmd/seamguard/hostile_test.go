@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/embedded"
 	"github.com/seamguard/seamguard/internal/longtest"
 	"github.com/seamguard/seamguard/internal/workload"
 	"github.com/seamguard/seamguard/processor"
@@ -256,10 +256,7 @@ func lastID(s *workload.Script) string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return embedded.FreePort(t)
 }
 
 // hostileServe is one case's `seamguard serve`, with its embedded server

@@ -3,9 +3,12 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +32,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{}
 	ports := make([][2]int, n)
 	for i := range ports {
-		ports[i] = [2]int{freePort(t), freePort(t)}
+		ports[i] = [2]int{FreePort(t), FreePort(t)}
 	}
 	var routes []string
 	for _, p := range ports {
@@ -137,12 +140,54 @@ func ready(url string) bool {
 	return err == nil && info != nil
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a loopback port nothing listens on, outside the range
+// the kernel takes ports from for outgoing connections: a cluster's ports
+// are chosen before its servers start, and a port from that range could be
+// taken meanwhile by a connection the servers themselves open (a route to
+// the others), which would keep a server from listening. No port is
+// returned twice in one process.
+func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo, hi := ephemeralRange()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		// Below the range when there is room, else above it.
+		p := 10000 + rand.IntN(max(lo-10000, 1))
+		if lo <= 11000 {
+			p = hi + 1 + rand.IntN(max(65535-hi, 1))
+		}
+		if portsGiven[p] || p >= lo && p <= hi {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("embedded: no free loopback port outside the ephemeral range %d-%d", lo, hi)
+	return 0
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralRange is the kernel's range of ports for outgoing connections
+// (Linux's default where it cannot be read).
+func ephemeralRange() (lo, hi int) {
+	lo, hi = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	var l, h int
+	if n, _ := fmt.Sscan(string(b), &l, &h); n == 2 && l > 0 && h >= l && h <= 65535 {
+		return l, h
+	}
+	return lo, hi
 }
