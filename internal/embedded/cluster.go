@@ -77,7 +77,7 @@ func (c *Cluster) start(t testing.TB, i int) {
 		t.Fatal(err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(30 * time.Second) { // a loaded CI machine starts slowly
 		t.Fatalf("server %s not ready", o.ServerName)
 	}
 	c.Servers[i] = s
