@@ -134,11 +134,12 @@ func ensureSessions(ctx context.Context, js jetstream.JetStream, bucket string, 
 			Bucket: bucket, Description: "seamguard: session ledgers and the last applied event sequence",
 			History: 1, Storage: storage, Replicas: replicas,
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
+		switch {
+		case errors.Is(err, jetstream.ErrBucketExists):
 			// Another instance created it first and may already have
 			// updated it (allowAtomic): it is checked as an existing one.
 			kv, err = js.KeyValue(ctx, bucket)
-		} else if err != nil {
+		case err != nil:
 			return nil, 0, fmt.Errorf("processor: create bucket %s: %w", bucket, err)
 		}
 	}
@@ -200,16 +201,16 @@ func ensureSpills(ctx context.Context, js jetstream.JetStream, bucket string, st
 			Bucket: bucket, Description: "seamguard: lossless session transcripts",
 			Storage: storage, Replicas: c.Replicas, MaxBytes: maxBytes,
 		})
-		if !errors.Is(err, jetstream.ErrBucketExists) {
-			if err != nil {
-				return nil, fmt.Errorf("processor: create object store %s: %w", bucket, err)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketExists):
+			// Created by another instance first: checked as an existing one.
+			if obs, err = js.ObjectStore(ctx, bucket); err != nil {
+				return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
 			}
+		case err != nil:
+			return nil, fmt.Errorf("processor: create object store %s: %w", bucket, err)
+		default:
 			return obs, nil
-		}
-		// Created by another instance first: checked as an existing one.
-		obs, err = js.ObjectStore(ctx, bucket)
-		if err != nil {
-			return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
 		}
 	case err != nil:
 		return nil, fmt.Errorf("processor: object store %s: %w", bucket, err)
@@ -286,15 +287,16 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			if err != nil {
-				return nil, fmt.Errorf("processor: create stream %s: %w", want.Name, err)
-			}
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			// Created by another instance first, with a configuration
+			// since updated: checked as an existing one.
+			s, err = js.Stream(ctx, want.Name)
+		case err != nil:
+			return nil, fmt.Errorf("processor: create stream %s: %w", want.Name, err)
+		default:
 			return s, nil
 		}
-		// Created by another instance first, with a configuration since
-		// updated: checked as an existing one.
-		s, err = js.Stream(ctx, want.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("processor: stream %s: %w", want.Name, err)
