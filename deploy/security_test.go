@@ -610,15 +610,19 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			_, err := op.js.OrderedConsumer(ctx, "SEAMGUARD_VERDICTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"seamguard.verdicts.*.*"}})
 			return err
 		})
-		op.allowed(t, "look up a rejected input by stream sequence", func(ctx context.Context) error {
+		op.allowed(t, "look up a rejected input by stream sequence, from the stream's leader", func(ctx context.Context) error {
+			m, err := jsread.LeaderGet(ctx, op.nc, "SEAMGUARD_EVENTS", 1, "")
+			if err == nil && (m == nil || !strings.HasSuffix(m.Subject, ".s1")) {
+				err = fmt.Errorf("got %+v", m)
+			}
+			return err
+		})
+		op.denied(t, "look up an input by direct get (the processor's alone)", "$JS.API.DIRECT.GET.SEAMGUARD_EVENTS", true, func(ctx context.Context) error {
 			s, err := op.js.Stream(ctx, "SEAMGUARD_EVENTS")
 			if err != nil {
 				return err
 			}
-			m, err := s.GetMsg(ctx, 1)
-			if err == nil && !strings.HasSuffix(m.Subject, ".s1") {
-				err = fmt.Errorf("got %s", m.Subject)
-			}
+			_, err = s.GetMsg(ctx, 1)
 			return err
 		})
 		op.allowed(t, "look up a verdict by stream sequence", func(ctx context.Context) error {
@@ -743,16 +747,18 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 
 		// The events, with the leader's STREAM.MSG.GET (seamguard inspect
 		// --rebuild, replay): a session's two subjects, or everything. The
-		// events stream does not allow direct gets.
+		// events stream allows direct gets (the processor's lookups), which
+		// the operator's tools do not use.
 		evSubj := processor.Config{}.Subjects()
 		op.allowed(t, "read a session's events and control messages, as seamguard inspect --rebuild does", func(ctx context.Context) error {
 			r, info, err := jsread.Open(ctx, op.js, "SEAMGUARD_EVENTS")
 			if err != nil {
 				return err
 			}
-			if r.Direct {
-				return errors.New("the events stream allows direct gets")
+			if !r.Direct {
+				return errors.New("the events stream does not allow direct gets")
 			}
+			r.Direct = false // as inspect reads it
 			n := 0
 			err = r.Read(ctx, 1, info.State.LastSeq, evSubj.SessionFilters("s1"), func(m *jsread.Msg) error {
 				n++
@@ -771,6 +777,7 @@ func testPermissions(t *testing.T, featureFlags ...string) {
 			if err != nil {
 				return err
 			}
+			r.Direct = false
 			var n uint64
 			err = r.Read(ctx, 1, info.State.LastSeq, nil, func(*jsread.Msg) error { n++; return nil })
 			if err == nil && n != info.State.Msgs {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/seamguard/seamguard/attest"
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 )
 
 // Headers of the gateway's answers.
@@ -535,10 +536,11 @@ func (s *Server) sameAsStored(ctx context.Context, ev *events.Event, ack *jetstr
 	}
 	gctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
 	defer cancel()
-	str, err := s.cfg.Reader.Stream(gctx, ack.Stream)
-	var raw *jetstream.RawStreamMsg
-	if err == nil {
-		raw, err = str.GetMsg(gctx, ack.Sequence)
+	// Read from the stream's leader: the events stream allows direct
+	// gets, which a replica behind the leader may answer without it.
+	raw, err := jsread.LeaderGet(gctx, s.cfg.Reader.Conn(), ack.Stream, ack.Sequence, "")
+	if err == nil && raw == nil {
+		err = errors.New("the stream no longer holds it")
 	}
 	if err != nil {
 		return fmt.Errorf("the events stream holds a message under its (source, id) already (sequence %d), which could not be read to compare: %w", ack.Sequence, err)

@@ -85,8 +85,8 @@ type message = *jsread.Msg
 // (0 when the stream cannot say).
 //
 // It creates no consumer (see package jsread): the verdict stream is read
-// with batched direct gets, the events stream, which does not allow them,
-// with the leader's STREAM.MSG.GET.
+// with batched direct gets, the events stream with the leader's
+// STREAM.MSG.GET.
 func (s Source) readStream(ctx context.Context, stream string, filters []string, total func(uint64), fn func(message) error) error {
 	str, err := s.JS.Stream(ctx, stream)
 	if err != nil {
@@ -103,7 +103,13 @@ func (s Source) readStream(ctx context.Context, stream string, filters []string,
 		total(s.count(ctx, str, filters))
 	}
 	var fnErr error
-	err = jsread.New(s.JS, info).Read(ctx, info.State.FirstSeq, info.State.LastSeq, filters, func(m message) error {
+	r := jsread.New(s.JS, info)
+	if stream == s.Config.Names().Events {
+		// It allows direct gets (for the processor's lookups), which an
+		// operator's identity need not hold: read from its leader.
+		r.Direct = false
+	}
+	err = r.Read(ctx, info.State.FirstSeq, info.State.LastSeq, filters, func(m message) error {
 		fnErr = fn(m)
 		return fnErr
 	})

@@ -215,7 +215,7 @@ func TestReadStatesAnswersAsKVGet(t *testing.T) {
 	require.NoError(t, err)
 	delete(want, "s0002")
 
-	got, err := p.readStates(ctx, ids)
+	got, err := p.readStates(ctx, p.js.Conn(), ids)
 	require.NoError(t, err)
 	for _, id := range ids {
 		g, ok := got[id]

@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -124,6 +123,9 @@ func (p *Processor) applied(ctx context.Context, b *budget, seq uint64) error {
 	}
 }
 
+// wantAll reads every message found whole.
+func wantAll(uint64) bool { return true }
+
 // lookupLags, when set (by tests, while no processor runs), makes a lookup
 // of the filter it returns true for answer that nothing follows, as a
 // stream leader that has not applied its log yet does.
@@ -205,17 +207,17 @@ func (r *streamReader) next(ctx context.Context, b *budget, seq uint64) (*jetstr
 }
 
 // nextMsg reads the first message of the events stream at or after seq
-// whose subject matches subject (a filter), retrying failures until ctx
-// ends (then its error); nil when there is none.
+// whose subject matches subject (a filter), as its leader answers,
+// retrying failures until ctx ends (then its error); nil when there is
+// none.
 func (p *Processor) nextMsg(ctx context.Context, b *budget, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
 		p.count.readInBatch.Add(1)
-		raw, err := p.res.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		switch {
-		case err == nil:
+		// The leader's answer (STREAM.MSG.GET): Stream.GetMsg would send a
+		// direct get, which a replica behind the leader may answer.
+		raw, _, err := p.findNext(ctx, seq, subject, wantAll)
+		if err == nil {
 			return raw, nil
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, nil
 		}
 		if rerr := b.retry(ctx, attempt, err); rerr != nil {
 			return nil, fmt.Errorf("processor: reading %s at %d from the events stream: %w", subject, seq, rerr)

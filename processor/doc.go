@@ -105,9 +105,11 @@
 //   - round.go: one batch of a shard, from the decisions to the acks: each
 //     input routed and decided, the outputs published, the touched
 //     sessions stored, the inputs finished; and the sessions it leaves;
-//   - prefetch.go, multiget.go, probe.go: the batch's state reads (many
-//     keys a request) and catch-up lookups (a message's position alone
-//     unless a catch-up may apply it), made at once before it begins;
+//   - prefetch.go, multiget.go, direct.go, probe.go: the batch's state
+//     reads (many keys a request), each session's first catch-up lookup
+//     as a direct get (all of the batch's at once), and the other lookups
+//     (a message's position alone unless a catch-up may apply it), made
+//     before the batch begins, on connections kept for reads;
 //   - sessions.go: loading a session's state, the lease check, storing with
 //     compare-and-swap;
 //   - catchup.go: applying from the stream what was delivered elsewhere or
@@ -241,7 +243,12 @@
 // has applied its log, and answer that nothing follows the stored sequence
 // although the input at hand is stored there. Such an answer is not
 // trusted: the catch-up waits until the stream's state shows the input
-// applied and asks again. The bucket's compare-and-swap is the
+// applied and asks again. The prefetch sends each session's first lookup
+// as a direct get, which any replica may answer, and takes only an answer
+// holding a message of the session's subject: a replica that holds
+// sequence m has applied all before it, so the first message it finds is
+// the first there is; "nothing" is asked of the leader. The bucket's
+// compare-and-swap is the
 // fence: an instance that lost a session and still writes gets a revision
 // mismatch, drops the session and leaves its inputs unacknowledged for the
 // owner. Because a decision depends only on the session's inputs in stream

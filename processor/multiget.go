@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // This file holds the batch read of session states: the states of every
@@ -27,11 +29,11 @@ const multiGetWait = 5 * time.Second
 // is left out (the batch reads it again and reports what is wrong with
 // it). On an error nothing is returned, and the batch reads each state on
 // its own.
-func (p *Processor) readStates(ctx context.Context, ids []string) (map[string]prefetched, error) {
+func (p *Processor) readStates(ctx context.Context, nc *nats.Conn, ids []string) (map[string]prefetched, error) {
 	out := make(map[string]prefetched, len(ids))
 	for len(ids) > 0 {
 		n := min(len(ids), maxMultiGet)
-		if err := p.readStatesOnce(ctx, ids[:n], out); err != nil {
+		if err := p.readStatesOnce(ctx, nc, ids[:n], out); err != nil {
 			return nil, err
 		}
 		ids = ids[n:]
@@ -40,7 +42,7 @@ func (p *Processor) readStates(ctx context.Context, ids []string) (map[string]pr
 }
 
 // readStatesOnce is one request of readStates.
-func (p *Processor) readStatesOnce(ctx context.Context, ids []string, out map[string]prefetched) error {
+func (p *Processor) readStatesOnce(ctx context.Context, nc *nats.Conn, ids []string, out map[string]prefetched) error {
 	bucket := p.cfg.Names().Sessions
 	prefix := KVPrefix(bucket)
 	subjects := make([]string, len(ids))
@@ -54,7 +56,6 @@ func (p *Processor) readStatesOnce(ctx context.Context, ids []string, out map[st
 	if err != nil {
 		return err
 	}
-	nc := p.js.Conn()
 	inbox := nc.NewInbox() // not under the request mux: its subscription would get every answer too
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {

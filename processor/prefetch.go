@@ -15,7 +15,8 @@ import (
 // each read from the bucket and caught up from the events stream: two or
 // three lookups per input, each a round trip, one after another. The
 // prefetch reads every state of the batch in one request (multiget.go),
-// then sends the lookups concurrently, and keeps the answers; the batch
+// sends each session's first lookup as a direct get (direct.go), then the
+// rest concurrently, and keeps the answers; the batch
 // then decides exactly as before, taking an answer from the prefetch where
 // there is one and asking the server where there is not (a failed
 // prefetch is only asked again, with the batch's retries).
@@ -179,6 +180,7 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 	}
 	s.readControlled(ctx, need)
 	s.prefetchStates(ctx, tasks)
+	s.directLookups(ctx, tasks)
 	f := &filler{s: s, ctx: ctx, pf: pf}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, prefetchConcurrency)
@@ -230,7 +232,7 @@ func (s *shard) prefetchStates(ctx context.Context, tasks []prefetchTask) {
 	for i, t := range tasks {
 		ids[i] = t.id
 	}
-	got, err := s.p.readStates(ctx, ids)
+	got, err := s.p.readStates(ctx, s.p.readConn(s.index), ids)
 	if err == nil {
 		s.pre.states = got
 		return
@@ -273,7 +275,10 @@ func (f *filler) read(t prefetchTask) {
 		if filter == "" || i == 1 && f.pf.noControl(t.id, max(t.h, t.at)) {
 			continue
 		}
-		raw, ok := f.lookup(lookupKey{filter: filter, seq: from}, want)
+		raw, ok := f.known(lookupKey{filter: filter, seq: from})
+		if !ok {
+			raw, ok = f.lookup(lookupKey{filter: filter, seq: from}, want)
+		}
 		// The session's events filter (the first) finds its input of this
 		// batch: the catch-up after it looks past it, when its horizon is
 		// past it.
@@ -310,6 +315,14 @@ func (f *filler) state(id string) (prefetched, bool) {
 	f.pf.states[id] = got
 	f.mu.Unlock()
 	return got, true
+}
+
+// known returns the answer of k the prefetch has already (direct.go).
+func (f *filler) known(k lookupKey) (*jetstream.RawStreamMsg, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	raw, _, ok := f.pf.lookup(k)
+	return raw, ok
 }
 
 // lookup reads the answer of k, whole when want says a catch-up of the

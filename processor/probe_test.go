@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/jsread"
 )
 
 // testProcessor provisions a processor of two partitions under prefix
@@ -52,7 +53,7 @@ func TestFindNext(t *testing.T) {
 		require.Equal(t, a2, raw.Sequence)
 		require.Equal(t, p.subj.Stored("a"), raw.Subject)
 		if whole {
-			want, err := p.res.Events.GetMsg(ctx, a2)
+			want, err := jsread.LeaderGet(ctx, e.JS.Conn(), p.cfg.Names().Events, a2, "")
 			require.NoError(t, err)
 			require.Equal(t, want.Data, raw.Data)
 			require.Equal(t, want.Header, raw.Header)

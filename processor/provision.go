@@ -78,6 +78,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (*Resource
 		MaxAge:     c.EventsMaxAge,
 		Duplicates: c.EventsDuplicates,
 		Replicas:   c.Replicas,
+		// For the prefetch's lookups (direct.go), which trust only the
+		// answers a replica behind its leader cannot give wrongly; every
+		// other read of this stream asks its leader (STREAM.MSG.GET).
+		AllowDirect: true,
 	})
 	if err != nil {
 		return nil, err

@@ -248,9 +248,9 @@ func TestProvisionSpillBucket(t *testing.T) {
 
 // TestProvisionVerdictsAllowDirect: the verdict stream allows direct gets
 // (operators read it without a consumer), a new one and an existing one
-// made without them alike, which keeps its verdicts; the events stream,
-// which the processor reads with GetMsg (leader-served only while the
-// stream has no allow_direct), does not.
+// made without them alike, which keeps its verdicts; so does the events
+// stream (the prefetch's direct lookups; every other read of it asks its
+// leader).
 func TestProvisionVerdictsAllowDirect(t *testing.T) {
 	e := newEnv(t)
 	cfg := baseConfig()
@@ -270,7 +270,7 @@ func TestProvisionVerdictsAllowDirect(t *testing.T) {
 	assert.True(t, vd.Config.AllowDirect, "turned on in place")
 	assert.Equal(t, old.CachedInfo().Created, vd.Created, "the same stream")
 	assert.Equal(t, uint64(1), vd.State.Msgs, "its verdict kept")
-	assert.False(t, e.streamInfo(t, n.Events).Config.AllowDirect, "the events stream is read by its leader alone")
+	assert.True(t, e.streamInfo(t, n.Events).Config.AllowDirect, "the events stream answers the prefetch's direct lookups")
 
 	// A new deployment.
 	cfg2 := baseConfig()
@@ -278,7 +278,7 @@ func TestProvisionVerdictsAllowDirect(t *testing.T) {
 	_, err = processor.Provision(e.ctx, e.JS, cfg2)
 	require.NoError(t, err)
 	assert.True(t, e.streamInfo(t, cfg2.Names().Verdicts).Config.AllowDirect)
-	assert.False(t, e.streamInfo(t, cfg2.Names().Events).Config.AllowDirect)
+	assert.True(t, e.streamInfo(t, cfg2.Names().Events).Config.AllowDirect)
 }
 
 // TestProvisionConcurrently: instances started together each provision the

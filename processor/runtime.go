@@ -55,6 +55,11 @@ type Processor struct {
 	// multiGetOff: a batch read of states failed; states are read one
 	// request each (prefetch.go).
 	multiGetOff atomic.Bool
+	// directOff: direct gets of the events stream went unanswered; the
+	// prefetch asks its leader for every lookup (direct.go).
+	directOff atomic.Bool
+	// reads are the connections the shards read on (direct.go).
+	reads []*nats.Conn
 	// control is the latest answer of which sessions have messages on
 	// their control subject (prefetch.go).
 	control controlCache
@@ -234,6 +239,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	// each waits for their answers.
 	states, verdicts, stopGroups := p.startWriteGroups(hard)
 	defer stopGroups()
+	defer p.openReads()()
 
 	if err := p.consume(ctx, hard, cancel, consumers, lease, states, verdicts); err != nil {
 		return err
@@ -377,7 +383,7 @@ func (p *Processor) consume(ctx, hard context.Context, cancel context.CancelFunc
 	errs := make(chan error, len(shards)+len(consumers))
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = &shard{p: p, lease: lease, states: states, verdicts: verdicts, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
+		shards[i] = &shard{p: p, index: i, lease: lease, states: states, verdicts: verdicts, q: make(chan delivery, p.cfg.QueueDepth), sessions: map[string]*session{}}
 		wg.Add(1)
 		go func(s *shard) {
 			defer wg.Done()

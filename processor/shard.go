@@ -36,6 +36,7 @@ func shardOf(subject string, n int) int {
 // touches its map and ledgers.
 type shard struct {
 	p     *Processor
+	index int // among the processor's shards
 	lease *leases
 	// states and verdicts are the processor's writers (group.go; nil:
 	// the shard writes its own).

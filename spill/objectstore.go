@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -466,7 +467,7 @@ func (s *Store) checkEnds(ctx context.Context, str jetstream.Stream, req ledger.
 
 // checkSeq makes sure the stream holds session's event at seq.
 func (s *Store) checkSeq(ctx context.Context, str jetstream.Stream, session string, seq uint64, what string) error {
-	m, err := str.GetMsg(ctx, seq)
+	m, err := s.leaderMsg(ctx, seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		m, err = s.confirmGone(ctx, str, session, seq)
@@ -505,7 +506,7 @@ func (s *Store) confirmGone(ctx context.Context, str jetstream.Stream, session s
 	case before.State.LastSeq < seq:
 		return nil, unavailable(fmt.Sprintf("and its state ends at %d (a new leader still applying what it was sent?)", before.State.LastSeq))
 	}
-	m, err := str.GetMsg(ctx, seq)
+	m, err := s.leaderMsg(ctx, seq)
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		if err != nil {
 			return nil, fmt.Errorf("spill: read stream %s at sequence %d: %w", s.Stream, seq, err)
@@ -520,6 +521,27 @@ func (s *Store) confirmGone(ctx context.Context, str jetstream.Stream, session s
 		return nil, unavailable(fmt.Sprintf("while its leader changed from %q to %q", leaderOf(before), leaderOf(after)))
 	}
 	return nil, jetstream.ErrMsgNotFound
+}
+
+// leaderMsg reads the events stream's message at seq as its leader
+// answers (STREAM.MSG.GET): the stream allows direct gets, which
+// Stream.GetMsg would send, and a replica behind the leader may answer
+// those. jetstream.ErrMsgNotFound when there is none.
+func (s *Store) leaderMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	got, err := leaderGet(ctx, s.JS.Conn(), s.Stream, seq)
+	switch {
+	case err != nil:
+		return nil, err
+	case got == nil:
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return &jetstream.RawStreamMsg{Subject: got.Subject, Sequence: got.Seq, Header: got.Header, Data: got.Data, Time: got.Time}, nil
+}
+
+// leaderGet is jsread.LeaderGet by sequence; tests make it answer as a
+// leader that has not applied its log yet.
+var leaderGet = func(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*jsread.Msg, error) {
+	return jsread.LeaderGet(ctx, nc, stream, seq, "")
 }
 
 // leaderOf names the stream's leader in info ("" on a single server).

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seamguard/seamguard/events"
+	"github.com/seamguard/seamguard/internal/jsread"
 	"github.com/seamguard/seamguard/internal/latepub"
 	"github.com/seamguard/seamguard/processor/ledger"
 )
@@ -608,41 +609,20 @@ func TestWriteLeaderNotYetApplied(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := testCtx(t)
 	req, _ := smallSession(t, h, 6, "t")
-	fresh := &freshLeaderJS{JetStream: h.js, seq: req.LastSeq}
-	h.store.JS = fresh
+	var missed atomic.Int32
+	real := leaderGet
+	leaderGet = func(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*jsread.Msg, error) {
+		if seq == req.LastSeq && missed.CompareAndSwap(0, 1) {
+			return nil, nil // not applied yet: no such message
+		}
+		return real(ctx, nc, stream, seq)
+	}
+	t.Cleanup(func() { leaderGet = real })
 	h.store.Retries = 1
 	_, err := h.store.Write(ctx, req)
 	require.NoError(t, err)
-	require.Equal(t, int32(1), fresh.missed.Load(), "the leader answered not found once")
+	require.Equal(t, int32(1), missed.Load(), "the leader answered not found once")
 	var got bytes.Buffer
 	_, err = h.store.Get(ctx, req.Name, &got)
 	require.NoError(t, err)
-}
-
-// freshLeaderJS answers the first read of seq from a stream as a leader
-// that has not applied it yet: no such message.
-type freshLeaderJS struct {
-	jetstream.JetStream
-	seq    uint64
-	missed atomic.Int32
-}
-
-func (f *freshLeaderJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
-	s, err := f.JetStream.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return &freshLeaderStream{Stream: s, js: f}, nil
-}
-
-type freshLeaderStream struct {
-	jetstream.Stream
-	js *freshLeaderJS
-}
-
-func (s *freshLeaderStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
-	if seq == s.js.seq && s.js.missed.CompareAndSwap(0, 1) {
-		return nil, jetstream.ErrMsgNotFound
-	}
-	return s.Stream.GetMsg(ctx, seq, opts...)
 }

@@ -734,19 +734,16 @@ func lastInput(ctx context.Context, js jetstream.JetStream, cfg processor.Config
 	if err != nil {
 		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
 	}
-	str, err := js.Stream(ctx, name)
-	if err != nil {
-		return 0, fmt.Errorf("reading the events stream %s: %w; nothing was published", name, err)
-	}
 	var last uint64
 	for _, subject := range cfg.Subjects().SessionFilters(session) {
-		m, err := str.GetLastMsgForSubject(ctx, subject)
+		// The leader's answer (the stream allows direct gets, which a
+		// replica behind it may answer).
+		m, err := jsread.LeaderGet(ctx, js.Conn(), name, 0, subject)
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
 			return 0, fmt.Errorf("reading the last input of session %s on %s from stream %s: %w; nothing was published", session, subject, name, err)
-		default:
-			last = max(last, m.Sequence)
+		case m != nil:
+			last = max(last, m.Seq)
 		}
 	}
 	return last, nil

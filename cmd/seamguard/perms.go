@@ -108,6 +108,7 @@ func shippedGrants(cfg processor.Config) []grant {
 		{verb: pub, pattern: "$JS.API.STREAM.CREATE." + obj, holders: []string{proc}, need: "to create the spill bucket " + n.Spills},
 		{verb: pub, pattern: "$JS.API.STREAM.PURGE." + obj, holders: []string{proc}, need: "to remove the chunks of a spill it replaces"},
 		{verb: pub, pattern: "$JS.API.DIRECT.GET." + lk + ".>", holders: []string{proc}, need: "to read a partition's lease"},
+		{verb: pub, pattern: "$JS.API.DIRECT.GET." + ev, holders: []string{proc}, need: "to look up, many sessions at once, where each session's next input is in the events stream " + ev},
 		{verb: pub, pattern: "$JS.API.CONSUMER.*." + ev + ".>", holders: []string{proc}, need: "to manage its consumers of the events stream " + ev},
 		{verb: pub, pattern: "$JS.API.CONSUMER.CREATE." + vd + ".>", holders: []string{proc, fwd}, need: "to create a consumer of the verdict stream " + vd + " (seamguard forward's durable consumer)"},
 		{verb: pub, pattern: "$JS.API.CONSUMER.INFO." + vd + ".*", holders: []string{proc, fwd}, need: "to look up a consumer of the verdict stream " + vd},

@@ -330,26 +330,51 @@ func orAll(filter string) string {
 
 // directMsg reads a message of a direct get's answer.
 func directMsg(m *nats.Msg) (*Msg, error) {
-	seq, err := strconv.ParseUint(m.Header.Get(hdrSequence), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("an answer without a valid %s header", hdrSequence)
-	}
-	subject := m.Header.Get(hdrSubject)
-	if subject == "" {
-		return nil, fmt.Errorf("the answer for sequence %d has no %s header", seq, hdrSubject)
-	}
-	ts, err := time.Parse(time.RFC3339Nano, m.Header.Get(hdrTimeStamp))
-	if err != nil {
-		return nil, fmt.Errorf("the answer for sequence %d has no valid %s header", seq, hdrTimeStamp)
-	}
+	_, msg, err := DirectMsg(m)
+	return msg, err
+}
+
+// DirectMsg reads a message of a direct get's answer, and the name of the
+// stream that answered (its Nats-Stream header). The server adds its
+// headers after the message's own, so where a message carries a header of
+// the same name (a publisher may set any header), the last value is the
+// server's: that one is read, and only that one is removed from the
+// message's headers.
+func DirectMsg(m *nats.Msg) (stream string, msg *Msg, err error) {
 	h := m.Header
+	last := func(k string) string {
+		v := h.Values(k)
+		if len(v) == 0 {
+			return ""
+		}
+		return v[len(v)-1]
+	}
+	seq, err := strconv.ParseUint(last(hdrSequence), 10, 64)
+	if err != nil {
+		return "", nil, fmt.Errorf("an answer without a valid %s header", hdrSequence)
+	}
+	subject := last(hdrSubject)
+	if subject == "" {
+		return "", nil, fmt.Errorf("the answer for sequence %d has no %s header", seq, hdrSubject)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, last(hdrTimeStamp))
+	if err != nil {
+		return "", nil, fmt.Errorf("the answer for sequence %d has no valid %s header", seq, hdrTimeStamp)
+	}
+	stream = last(hdrStream)
 	for _, k := range []string{hdrStream, hdrSubject, hdrSequence, hdrTimeStamp, hdrNumPending, hdrLastSequence, hdrUpToSequence} {
-		delete(h, k)
+		switch v := h[k]; len(v) {
+		case 0:
+		case 1:
+			delete(h, k)
+		default:
+			h[k] = v[:len(v)-1]
+		}
 	}
 	if len(h) == 0 {
 		h = nil
 	}
-	return &Msg{Subject: subject, Seq: seq, Time: ts, Header: h, Data: m.Data}, nil
+	return stream, &Msg{Subject: subject, Seq: seq, Time: ts, Header: h, Data: m.Data}, nil
 }
 
 // The headers a direct get adds to each message it answers.
@@ -426,7 +451,8 @@ func DecodeMsgGet(stream string, data []byte) (*Msg, error) {
 		case jetstream.JSErrCodeStreamNotFound:
 			return nil, fmt.Errorf("jsread: stream %s: %w", stream, jetstream.ErrStreamNotFound)
 		}
-		return nil, fmt.Errorf("jsread: get from stream %s: %s (%d, error code %d)", stream, e.Description, e.Code, e.ErrCode)
+		// Typed, so that callers can classify it (errors.As).
+		return nil, fmt.Errorf("jsread: get from stream %s: %w", stream, &jetstream.APIError{Code: e.Code, ErrorCode: e.ErrCode, Description: e.Description})
 	}
 	sm := resp.Message
 	if sm == nil {
@@ -642,4 +668,31 @@ func (r *Reader) Follow(ctx context.Context, from uint64, filter string, poll ti
 		}
 		t.Reset(poll)
 	}
+}
+
+// LeaderGet reads one message of stream with STREAM.MSG.GET, which only
+// the stream's leader answers: the message at seq (or, with lastBy, the
+// last one on that subject), nil when there is none. Use it where an
+// answer must not come from a replica behind the leader, on a stream that
+// allows direct gets (nats.go's Stream.GetMsg switches to those there).
+// A refusal of the server is a *jetstream.APIError; ctx bounds the wait
+// (5 seconds when it has no deadline).
+func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, lastBy string) (*Msg, error) {
+	body, err := json.Marshal(struct {
+		Seq    uint64 `json:"seq,omitempty"`
+		LastBy string `json:"last_by_subj,omitempty"`
+	}{seq, lastBy})
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return nil, fmt.Errorf("jsread: get from stream %s: %w", stream, err)
+	}
+	return DecodeMsgGet(stream, m.Data)
 }

@@ -1,0 +1,194 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seamguard/seamguard/internal/jsread"
+)
+
+// This file holds the prefetch's first lookup of each session, sent as a
+// direct get of the events stream.
+//
+// A session read fresh is checked against the events stream: the first
+// message on its events subject past its stored sequence, almost always
+// the input at hand. Asked of the stream's leader (STREAM.MSG.GET), each
+// lookup goes through the server's JetStream API and comes back as JSON
+// with the message in base64; a direct get is answered where it arrives,
+// with the message as it is stored, at about three times the rate on one
+// server. All of a batch's lookups go out at once, each answered to an
+// inbox of its own under one subscription.
+//
+// Any replica may answer a direct get, and one behind its leader answers
+// as of what it has applied. Only an answer that holds a message is
+// taken: a replica that holds a message at sequence m has applied every
+// sequence before m (a stream's replicas apply its log in order), so the
+// first message it finds from a sequence is the first there is up to m,
+// as the leader would answer. "No message" may be a replica that has not
+// applied the input yet, and so is asked of the leader (the prefetch's
+// usual lookup, and then catch-up's own check, catchup.go). An answer of
+// another stream (a mirror that serves direct gets) or on another subject
+// is not taken either.
+
+// directWait bounds a batch's direct lookups.
+const directWait = 5 * time.Second
+
+// maxDirect is the most lookups sent at once.
+const maxDirect = 1024
+
+// directLookups sends the first lookup of each of tasks whose state the
+// prefetch holds as a direct get, and keeps every answer that holds a
+// message; the others are left to the prefetch's usual lookups.
+func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
+	p := s.p
+	if p.directOff.Load() || len(s.pre.states) == 0 {
+		return
+	}
+	keys := make([]lookupKey, 0, len(tasks))
+	for _, t := range tasks {
+		got, ok := s.pre.states[t.id]
+		if !ok {
+			continue // read by the usual way, state first
+		}
+		from := uint64(1)
+		if got.state != nil {
+			from = got.state.Seq + 1
+		}
+		keys = append(keys, lookupKey{filter: p.subj.SessionFilters(t.id)[0], seq: from})
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), maxDirect)
+		found, answered, refused, err := p.lookDirect(ctx, p.readConn(s.index), keys[:n])
+		if err != nil || (answered == 0 || refused == answered) && ctx.Err() == nil {
+			if !p.directOff.Swap(true) {
+				// Most likely an identity that may not make the request
+				// (no answer comes): every batch would wait for it.
+				p.log.Warn("looking up sessions in the events stream by direct get failed; asking its leader for each from now on (the processor's identity needs publish on $JS.API.DIRECT.GET.<events stream>, and the stream allow_direct)", "lookups", n, "err", err)
+			}
+			return
+		}
+		for i, raw := range found {
+			if raw != nil {
+				s.pre.lookups[keys[i].filter] = append(s.pre.lookups[keys[i].filter], span{from: keys[i].seq, msg: raw})
+			}
+		}
+		p.count.readAhead.Add(uint64(answered))
+		keys = keys[n:]
+	}
+}
+
+// lookDirect sends keys as direct gets of the events stream at once and
+// returns, by index, each message found that is taken as the answer (nil
+// for none taken), how many were answered at all, and how many of those
+// were "no responders" (a stream that does not allow direct gets).
+func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookupKey) (found []*jetstream.RawStreamMsg, answered, refused int, err error) {
+	stream := p.cfg.Names().Events
+	inbox := nc.NewInbox() // not under the request mux: its subscription would get every answer too
+	sub, err := nc.SubscribeSync(inbox + ".*")
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	subject := "$JS.API.DIRECT.GET." + stream
+	for i, k := range keys {
+		body, err := json.Marshal(struct {
+			Seq    uint64 `json:"seq"`
+			NextBy string `json:"next_by_subj"`
+		}{k.seq, k.filter})
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if err := nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), body); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, directWait)
+	defer cancel()
+	found = make([]*jetstream.RawStreamMsg, len(keys))
+	seen := make([]bool, len(keys))
+	for answered < len(keys) {
+		m, err := sub.NextMsgWithContext(rctx)
+		if err != nil {
+			// The rest are asked the usual way.
+			return found, answered, refused, nil
+		}
+		i, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+		if err != nil || i < 0 || i >= len(keys) || seen[i] {
+			continue
+		}
+		seen[i] = true
+		answered++
+		found[i] = directAnswer(stream, keys[i], m)
+		if found[i] == nil && m.Header.Get("Status") == "503" {
+			refused++
+		}
+	}
+	return found, answered, refused, nil
+}
+
+// directAnswer is the message a direct get for k found, when it is taken as
+// the answer: a message (the server's headers say which; a message's own
+// headers may say anything, and the server's come last), of stream, on k's
+// subject, at or after k's sequence.
+func directAnswer(stream string, k lookupKey, m *nats.Msg) *jetstream.RawStreamMsg {
+	if len(m.Header.Values("Nats-Sequence")) == 0 {
+		return nil // a status: 404 (none, maybe not yet), 408, 503
+	}
+	from, msg, err := jsread.DirectMsg(m)
+	if err != nil || from != stream || msg.Subject != k.filter || msg.Seq < k.seq {
+		return nil
+	}
+	return &jetstream.RawStreamMsg{Subject: msg.Subject, Sequence: msg.Seq, Header: msg.Header, Data: msg.Data, Time: msg.Time}
+}
+
+// readConns is how many connections of its own the processor reads states
+// and lookups on.
+const readConns = 2
+
+// openReads opens the processor's read connections, with the options of
+// its own connection, and returns what closes them. A server answers a
+// connection's direct gets in that connection's read loop, one after
+// another: with the reads on connections of their own, the server answers
+// them beside the processor's fetches, acknowledgements and writes, and
+// the shards' reads on two loops at once. On failure the reads go on the
+// processor's connection.
+func (p *Processor) openReads() func() {
+	nc := p.js.Conn()
+	var conns []*nats.Conn
+	for i := range readConns {
+		opts := nc.Opts
+		opts.Name = nc.Opts.Name + " (reads " + strconv.Itoa(i) + ")"
+		// The caller's handlers are for its own connection.
+		opts.ClosedCB, opts.DisconnectedCB, opts.DisconnectedErrCB, opts.ConnectedCB = nil, nil, nil, nil
+		opts.ReconnectedCB, opts.ReconnectErrCB, opts.DiscoveredServersCB, opts.LameDuckModeHandler = nil, nil, nil, nil
+		opts.AsyncErrorCB = func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			p.log.Warn("a read connection's error", "err", err)
+		}
+		c, err := opts.Connect()
+		if err != nil {
+			p.log.Warn("opening a connection for reads failed; reading on the processor's connection", "err", err)
+			break
+		}
+		conns = append(conns, c)
+	}
+	p.reads = conns
+	return func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
+// readConn is the connection shard reads on.
+func (p *Processor) readConn(shard int) *nats.Conn {
+	if len(p.reads) == 0 {
+		return p.js.Conn()
+	}
+	return p.reads[shard%len(p.reads)]
+}

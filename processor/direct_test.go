@@ -1,0 +1,117 @@
+package processor
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// TestDirectLookups: a batch's first lookups, sent as direct gets, keep
+// exactly what the leader answers for every session that has a message
+// past its state, whatever headers the message carries of its own (one
+// naming another sequence, subject, stream and status, as a hostile
+// publisher may); a session with nothing past its state gets no answer
+// from them (its lookup is asked of the leader); and a stream that does
+// not answer direct gets turns them off.
+func TestDirectLookups(t *testing.T) {
+	e, p, ctx := testProcessor(t, "dl")
+	pub := func(session string, forge bool) uint64 {
+		t.Helper()
+		m := nats.NewMsg(p.subj.Events(session))
+		m.Header.Set("ce-id", session+strconv.Itoa(len(session)))
+		if forge {
+			m.Header.Set("Nats-Sequence", "1")
+			m.Header.Set("Nats-Subject", "elsewhere")
+			m.Header.Set("Nats-Stream", "OTHER")
+			m.Header.Set("Nats-Time-Stamp", "2001-01-01T00:00:00Z")
+			m.Header.Set("Status", "404")
+		}
+		m.Data = []byte("body of " + session)
+		ack, err := e.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		return ack.Sequence
+	}
+	const n = 40
+	first := map[string]uint64{}
+	for i := range n {
+		id := "s" + strconv.Itoa(i)
+		first[id] = pub(id, false)
+	}
+	for i := range n {
+		if i%4 != 3 { // every fourth has nothing past its first message
+			pub("s"+strconv.Itoa(i), i%2 == 0)
+		}
+	}
+	s := &shard{p: p}
+	s.pre.states = map[string]prefetched{}
+	s.pre.lookups = map[string][]span{}
+	var tasks []prefetchTask
+	for i := range n {
+		id := "s" + strconv.Itoa(i)
+		st := &State{Seq: first[id]}
+		s.pre.states[id] = prefetched{rev: 1, state: st}
+		tasks = append(tasks, prefetchTask{id: id})
+	}
+	s.directLookups(ctx, tasks)
+	require.False(t, p.directOff.Load())
+	for i := range n {
+		id := "s" + strconv.Itoa(i)
+		filter := p.subj.SessionFilters(id)[0]
+		got, position, ok := s.pre.lookup(lookupKey{filter: filter, seq: first[id] + 1})
+		if i%4 == 3 {
+			require.False(t, ok, "%s: nothing past its state is not taken from a direct get", id)
+			continue
+		}
+		require.True(t, ok, id)
+		require.False(t, position)
+		want, _, err := p.findNext(ctx, first[id]+1, filter, wantAll)
+		require.NoError(t, err)
+		require.Equal(t, want.Sequence, got.Sequence, id)
+		require.Equal(t, want.Subject, got.Subject, id)
+		require.Equal(t, want.Data, got.Data, id)
+		require.Equal(t, want.Header, got.Header, id)
+		require.True(t, want.Time.Equal(got.Time), id)
+	}
+
+	// A stream that does not allow direct gets answers "no responders".
+	info, err := p.res.Events.Info(ctx)
+	require.NoError(t, err)
+	cfg := info.Config
+	cfg.AllowDirect = false
+	_, err = e.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	s.pre.lookups = map[string][]span{}
+	s.directLookups(ctx, tasks)
+	require.True(t, p.directOff.Load(), "turned off")
+	require.Empty(t, s.pre.lookups)
+}
+
+// TestDirectAnswerTakesTheServersHeaders: of headers a message carries
+// twice, the server's are the last; those are read and removed, the
+// message's own kept.
+func TestDirectAnswerTakesTheServersHeaders(t *testing.T) {
+	m := nats.NewMsg("_INBOX.x.0")
+	m.Header = nats.Header{
+		"Nats-Stream":     {"OTHER", "EV"},
+		"Nats-Subject":    {"elsewhere", "a.b"},
+		"Nats-Sequence":   {"1", "7"},
+		"Nats-Time-Stamp": {"2001-01-01T00:00:00Z", "2026-01-01T00:00:00Z"},
+		"ce-id":           {"x"},
+	}
+	got := directAnswer("EV", lookupKey{filter: "a.b", seq: 5}, m)
+	require.NotNil(t, got)
+	require.Equal(t, uint64(7), got.Sequence)
+	require.Equal(t, "a.b", got.Subject)
+	require.Equal(t, nats.Header{"Nats-Stream": {"OTHER"}, "Nats-Subject": {"elsewhere"}, "Nats-Sequence": {"1"}, "Nats-Time-Stamp": {"2001-01-01T00:00:00Z"}, "ce-id": {"x"}}, got.Header)
+	for _, bad := range []struct {
+		stream string
+		k      lookupKey
+	}{{"OTHER", lookupKey{filter: "a.b", seq: 5}}, {"EV", lookupKey{filter: "a.c", seq: 5}}, {"EV", lookupKey{filter: "a.b", seq: 8}}} {
+		m.Header = nats.Header{"Nats-Stream": {"EV"}, "Nats-Subject": {"a.b"}, "Nats-Sequence": {"7"}, "Nats-Time-Stamp": {"2026-01-01T00:00:00Z"}}
+		require.Nil(t, directAnswer(bad.stream, bad.k, m), "%+v", bad)
+	}
+	m.Header = nats.Header{"Status": {"404"}, "Description": {"Message Not Found"}}
+	require.Nil(t, directAnswer("EV", lookupKey{filter: "a.b", seq: 5}, m))
+}
