@@ -24,9 +24,11 @@
 //     before the sequence asked for is confirmed by the leader (below).
 //   - $JS.API.STREAM.MSG.GET.<stream>, answered by the stream's leader
 //     alone, one message a request (JSON, the message in base64), for
-//     streams without allow_direct (the events stream: the processor reads
-//     it by sequence with nats.go's Stream.GetMsg, which switches to
-//     direct gets, served by any replica, once a stream allows them). A
+//     streams without allow_direct, or with Reader.Direct turned off (the
+//     events stream, which allows direct gets for the processor's lookups
+//     alone: the operator's tools read it from its leader). LeaderGet is
+//     one such request, where an answer must not come from a replica (as
+//     nats.go's Stream.GetMsg sends on a stream that allows direct gets). A
 //     read of the whole stream keeps Reader.Window requests for
 //     consecutive sequences in flight; a filtered read asks for the next
 //     message on each filter subject (next_by_subj) from where the last
