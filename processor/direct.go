@@ -22,8 +22,9 @@ import (
 // lookup goes through the server's JetStream API and comes back as JSON
 // with the message in base64; a direct get is answered where it arrives,
 // with the message as it is stored, at about three times the rate on one
-// server. All of a batch's lookups go out at once, each answered to an
-// inbox of its own under one subscription.
+// server. A batch's lookups are pipelined, each answered to an inbox of
+// its own under one subscription, with as many in flight as 32 MiB of the
+// largest messages the server takes (32 at its default max_payload).
 //
 // Any replica may answer a direct get, and one behind its leader answers
 // as of what it has applied. Only an answer that holds a message is
@@ -36,10 +37,10 @@ import (
 // another stream (a mirror that serves direct gets) or on another subject
 // is not taken either.
 
-// directWait bounds a batch's direct lookups.
+// directWait bounds the wait for a batch's next direct lookup's answer.
 const directWait = 5 * time.Second
 
-// maxDirect is the most lookups sent at once.
+// maxDirect is the most lookups one call of lookDirect sends.
 const maxDirect = 1024
 
 // directLookups sends the first lookup of each of tasks whose state the
@@ -83,8 +84,8 @@ func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 	}
 }
 
-// lookDirect sends keys as direct gets of the events stream at once and
-// returns, by index, each message found that is taken as the answer (nil
+// lookDirect sends keys as direct gets of the events stream, pipelined
+// (at most directWindow unanswered at once), and returns, by index, each message found that is taken as the answer (nil
 // for none taken), how many were answered at all, and how many of those
 // were "no responders" (a stream that does not allow direct gets).
 func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookupKey) (found []*jetstream.RawStreamMsg, answered, refused int, err error) {
@@ -96,30 +97,37 @@ func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookup
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	subject := "$JS.API.DIRECT.GET." + stream
-	for i, k := range keys {
+	sent := 0
+	send := func() error {
+		k := keys[sent]
 		body, err := json.Marshal(struct {
 			Seq    uint64 `json:"seq"`
 			NextBy string `json:"next_by_subj"`
 		}{k.seq, k.filter})
-		if err != nil {
-			return nil, 0, 0, err
+		if err == nil {
+			err = nc.PublishRequest(subject, inbox+"."+strconv.Itoa(sent), body)
 		}
-		if err := nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), body); err != nil {
-			return nil, 0, 0, err
-		}
+		sent++
+		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, directWait)
-	defer cancel()
+	// At most window answers are on their way at once: each may be as
+	// large as the server's max_payload.
+	window := directWindow(nc)
 	found = make([]*jetstream.RawStreamMsg, len(keys))
 	seen := make([]bool, len(keys))
 	for answered < len(keys) {
-		m, err := sub.NextMsgWithContext(rctx)
+		for sent < len(keys) && sent-answered < window {
+			if err := send(); err != nil {
+				return found, answered, refused, err
+			}
+		}
+		m, err := nextWithin(ctx, sub, directWait)
 		if err != nil {
 			// The rest are asked the usual way.
 			return found, answered, refused, nil
 		}
 		i, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
-		if err != nil || i < 0 || i >= len(keys) || seen[i] {
+		if err != nil || i < 0 || i >= sent || seen[i] {
 			continue
 		}
 		seen[i] = true
@@ -130,6 +138,23 @@ func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookup
 		}
 	}
 	return found, answered, refused, nil
+}
+
+// directBytes bounds what a batch's direct lookups may bring back at once.
+const directBytes = 32 << 20
+
+// directWindow is how many direct lookups may be unanswered at once on nc:
+// as many as directBytes holds of the largest messages the server takes,
+// at least 16.
+func directWindow(nc *nats.Conn) int {
+	return max(16, min(maxDirect, directBytes/max(int(nc.MaxPayload()), 1)))
+}
+
+// nextWithin waits at most d for sub's next message.
+func nextWithin(ctx context.Context, sub *nats.Subscription, d time.Duration) (*nats.Msg, error) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return sub.NextMsgWithContext(wctx)
 }
 
 // directAnswer is the message a direct get for k found, when it is taken as

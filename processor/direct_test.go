@@ -54,6 +54,7 @@ func TestDirectLookups(t *testing.T) {
 		s.pre.states[id] = prefetched{rev: 1, state: st}
 		tasks = append(tasks, prefetchTask{id: id})
 	}
+	require.Equal(t, 32, directWindow(e.JS.Conn()), "32 MiB of 1 MiB messages: fewer than the sessions here")
 	s.directLookups(ctx, tasks)
 	require.False(t, p.directOff.Load())
 	for i := range n {

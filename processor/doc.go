@@ -107,7 +107,7 @@
 //     sessions stored, the inputs finished; and the sessions it leaves;
 //   - prefetch.go, multiget.go, direct.go, probe.go: the batch's state
 //     reads (many keys a request), each session's first catch-up lookup
-//     as a direct get (all of the batch's at once), and the other lookups
+//     as a direct get (pipelined), and the other lookups
 //     (a message's position alone unless a catch-up may apply it), made
 //     before the batch begins, on connections kept for reads;
 //   - sessions.go: loading a session's state, the lease check, storing with
