@@ -66,7 +66,7 @@ func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 	for len(keys) > 0 {
 		n := min(len(keys), maxDirect)
 		found, answered, refused, err := p.lookDirect(ctx, p.readConn(s.index), keys[:n])
-		if err != nil || (answered == 0 || refused == answered) && ctx.Err() == nil {
+		if ctx.Err() == nil && (err != nil || answered == 0 || refused == answered) {
 			if !p.directOff.Swap(true) {
 				// Most likely an identity that may not make the request
 				// (no answer comes): every batch would wait for it.
@@ -85,9 +85,10 @@ func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 }
 
 // lookDirect sends keys as direct gets of the events stream, pipelined
-// (at most directWindow unanswered at once), and returns, by index, each message found that is taken as the answer (nil
-// for none taken), how many were answered at all, and how many of those
-// were "no responders" (a stream that does not allow direct gets).
+// (at most directWindow unanswered at once), and returns, by index, each
+// message found that is taken as the answer (nil for none taken), how many
+// were answered at all, and how many of those were "no responders" (a
+// stream that does not allow direct gets).
 func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookupKey) (found []*jetstream.RawStreamMsg, answered, refused int, err error) {
 	stream := p.cfg.Names().Events
 	inbox := nc.NewInbox() // not under the request mux: its subscription would get every answer too
