@@ -105,7 +105,7 @@
 //   - round.go: one batch of a shard, from the decisions to the acks: each
 //     input routed and decided, the outputs published, the touched
 //     sessions stored, the inputs finished; and the sessions it leaves;
-//   - prefetch.go, multiget.go, direct.go, probe.go: the batch's state
+//   - prefetch.go, multiget.go, direct.go, reads.go, probe.go: the batch's state
 //     reads (many keys a request), each session's first catch-up lookup
 //     as a direct get (pipelined), and the other lookups
 //     (a message's position alone unless a catch-up may apply it), made
