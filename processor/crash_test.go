@@ -38,10 +38,14 @@ func requireSameOutcome(t *testing.T, want, got outcome) {
 	t.Helper()
 	require.Zero(t, got.noMsgID, "verdicts without Nats-Msg-Id")
 	missing, differ, extra := 0, 0, 0
+	var first []string // the first unexpected ones, repeated in the summary
 	for id, g := range got.verdicts {
 		if _, ok := want.verdicts[id]; !ok {
 			if extra++; extra <= 5 {
 				t.Errorf("unexpected verdict %s: %s", id, g)
+			}
+			if len(first) < 2 {
+				first = append(first, g[:min(len(g), 700)])
 			}
 		}
 	}
@@ -58,8 +62,8 @@ func requireSameOutcome(t *testing.T, want, got outcome) {
 			}
 		}
 	}
-	require.Zero(t, missing+differ+extra, "%d verdicts missing, %d differ, %d unexpected; by type: want %v, got %v",
-		missing, differ, extra, want.counts, got.counts)
+	require.Zero(t, missing+differ+extra, "%d verdicts missing, %d differ, %d unexpected; by type: want %v, got %v; unexpected: %v",
+		missing, differ, extra, want.counts, got.counts, first)
 	requireSameStates(t, want.states, got.states)
 }
 

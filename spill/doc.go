@@ -97,7 +97,18 @@
 //     has applied that sequence (its state ends there or later), then
 //     still finds nothing there, and is the same leader afterwards: a
 //     leader elected a moment ago answers before it has applied its log,
-//     and that is ErrUnavailable, for a later attempt.
+//     and that is ErrUnavailable, for a later attempt. What the transcript's
+//     reader (a consumer, which may sit on a replica still catching up)
+//     finds missing is checked the same way with the leader: the event
+//     expected first or last, or, for a count that differs, every sequence
+//     of the session's events in the range (STREAM.MSG.GET), which must be
+//     the ones the reader delivered. Only when the leader agrees is the
+//     transcript incomplete; otherwise ErrUnavailable.
+//   - ErrUnavailable: the transcript cannot be read now, though nothing
+//     shows it is gone: the above, an events stream that is not found (an
+//     operator deleted it, or a cluster's meta leader does not know it yet
+//     after a restart), or a consumer that failed (its server went away
+//     and it could not be made again).
 //   - ErrQuota (also ErrPermanent), at once: the spill would exceed
 //     SpillRequest.MaxBytes, what is left of the session's spill quota.
 //   - ErrStorageFull (also ErrPermanent), at once: JetStream refused a

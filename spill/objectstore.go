@@ -266,7 +266,10 @@ func (s *Store) writeOnce(ctx context.Context, req ledger.SpillRequest) (events.
 	str, err := s.JS.Stream(ctx, s.Stream)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return events.SpillHandle{}, fmt.Errorf("%w: events stream %s does not exist, so session %s's transcript cannot be read", ErrIncomplete, s.Stream, req.Session)
+			// Deleted by an operator, or a cluster whose meta leader has
+			// not yet learned of it after a restart: either way nothing
+			// says the events are gone until a stream of that name answers.
+			return events.SpillHandle{}, fmt.Errorf("%w: events stream %s is not found, so session %s's transcript cannot be read now: %w", ErrUnavailable, s.Stream, req.Session, err)
 		}
 		return events.SpillHandle{}, fmt.Errorf("spill: open stream %s: %w", s.Stream, err)
 	}
@@ -562,8 +565,9 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 	}
 	defer stop()
 	var (
-		last uint64 // stream sequence of the last event read
-		line []byte // each event's encoding, in one reused buffer
+		last uint64   // stream sequence of the last event read
+		line []byte   // each event's encoding, in one reused buffer
+		read seqsRead // what the reader delivered, to compare with the leader's
 	)
 	// Each pass reads one message at a higher sequence (an ordered
 	// consumer), or fails: the loop ends by req.LastSeq.
@@ -577,9 +581,13 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 			return fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
 		}
 		seq := md.Sequence.Stream
-		if err := s.inOrder(req, rp, seq, last); err != nil {
-			return err
+		if readerLacks != nil && readerLacks(seq) {
+			continue
 		}
+		if err := s.inOrder(req, rp, seq, last); err != nil {
+			return s.leaderAgrees(ctx, req, rp, seq, last, nil, err)
+		}
+		read.add(seq)
 		last = seq
 		out := w
 		if seq < req.FirstSeq {
@@ -595,10 +603,103 @@ func (s *Store) produce(ctx context.Context, req ledger.SpillRequest, rp *replay
 	// Checked before the last chunk goes out, so that no info is ever
 	// written for a transcript with holes.
 	if w.Events() != req.Events {
-		return fmt.Errorf("%w: stream %s holds %d accepted events of session %s between sequences %d and %d, but the ledger counted %d: some were deleted%s",
+		err := fmt.Errorf("%w: stream %s holds %d accepted events of session %s between sequences %d and %d, but the ledger counted %d: some were deleted%s",
 			ErrIncomplete, s.Stream, w.Events(), req.Session, req.FirstSeq, req.LastSeq, req.Events, rp.because())
+		return s.leaderAgrees(ctx, req, rp, 0, last, &read, err)
 	}
 	return nil
+}
+
+// readerLacks, when set (by tests), makes the transcript's reader skip the
+// events it names, as a consumer on a replica that lacks them would.
+var readerLacks func(seq uint64) bool
+
+// seqsRead sums up the stream sequences a transcript's reader delivered:
+// how many, and a hash of them in order.
+type seqsRead struct {
+	n   uint64
+	sum uint64
+}
+
+func (r *seqsRead) add(seq uint64) {
+	const prime = 1099511628211 // FNV-64
+	if r.n == 0 {
+		r.sum = 14695981039346656037
+	}
+	r.n++
+	for i := range 8 {
+		r.sum ^= (seq >> (8 * i)) & 0xff
+		r.sum *= prime
+	}
+}
+
+// leaderAgrees checks a transcript the reader found incomplete (incomplete,
+// wrapping ErrIncomplete) against the events stream's leader, since the
+// reader's consumer may sit on a replica that lacks events its leader
+// holds (one catching up after a restart): incomplete when the leader
+// agrees, ErrUnavailable (for a later attempt) when it holds what the
+// reader missed or cannot tell now. seq is the event read out of order
+// (0: none), last the one read before it; read, when not nil, is every
+// sequence the reader delivered up to req.LastSeq, which must be the
+// leader's sequences of the session's events from where the replay starts.
+func (s *Store) leaderAgrees(ctx context.Context, req ledger.SpillRequest, rp *replay, seq, last uint64, read *seqsRead, incomplete error) error {
+	if !errors.Is(incomplete, ErrIncomplete) {
+		return incomplete
+	}
+	str, err := s.JS.Stream(ctx, s.Stream)
+	if err != nil {
+		return fmt.Errorf("%w: %v; the events stream's leader cannot confirm it now: %v", ErrUnavailable, incomplete, err)
+	}
+	switch {
+	case read == nil && last == 0 && rp.first && seq != rp.from:
+		err = s.checkSeq(ctx, str, req.Session, rp.from, "first event")
+	case read == nil:
+		err = s.checkSeq(ctx, str, req.Session, req.LastSeq, "last event (the compaction request)")
+	default:
+		err = s.sameSeqs(ctx, str, req, rp, read)
+	}
+	switch {
+	case errors.Is(err, ErrIncomplete):
+		return incomplete // the leader agrees: what it says is the reader's
+	case err != nil:
+		return fmt.Errorf("%w: %v; the events stream's leader cannot confirm it now: %v", ErrUnavailable, incomplete, err)
+	}
+	return fmt.Errorf("%w: the transcript's reader found session %s's events incomplete, but the events stream's leader holds them (a replica catching up?): %v",
+		ErrUnavailable, req.Session, incomplete)
+}
+
+// sameSeqs reads the sequences of the session's events from where rp
+// starts to req.LastSeq from the events stream's leader (STREAM.MSG.GET):
+// ErrIncomplete when they are the ones the reader delivered, nil when
+// they differ. The leader must hold req.LastSeq before and be the same
+// after, as in confirmGone; otherwise ErrUnavailable.
+func (s *Store) sameSeqs(ctx context.Context, str jetstream.Stream, req ledger.SpillRequest, rp *replay, read *seqsRead) error {
+	before, err := str.Info(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: stream %s's state cannot be read: %w", ErrUnavailable, s.Stream, err)
+	case before.State.LastSeq < req.LastSeq:
+		return fmt.Errorf("%w: stream %s's state ends at %d, before %d", ErrUnavailable, s.Stream, before.State.LastSeq, req.LastSeq)
+	}
+	var leader seqsRead
+	r := &jsread.Reader{JS: s.JS, Stream: s.Stream, Timeout: readIdle}
+	err = r.Read(ctx, max(rp.from, 1), req.LastSeq, s.Subjects.SessionFilters(req.Session), func(m *jsread.Msg) error {
+		leader.add(m.Seq)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: read stream %s from its leader: %w", ErrUnavailable, s.Stream, err)
+	}
+	after, err := str.Info(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: stream %s's state cannot be read again: %w", ErrUnavailable, s.Stream, err)
+	case leaderOf(after) != leaderOf(before):
+		return fmt.Errorf("%w: stream %s's leader changed from %q to %q", ErrUnavailable, s.Stream, leaderOf(before), leaderOf(after))
+	case leader != *read:
+		return nil
+	}
+	return ErrIncomplete
 }
 
 // transcript opens an ordered consumer of the session's events from where
@@ -708,7 +809,9 @@ func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, req ledg
 		return nil, fmt.Errorf("%w: no event of session %s arrived from stream %s within %s after sequence %d (the transcript ends at %d)",
 			ErrUnavailable, req.Session, s.Stream, readIdle, last, req.LastSeq)
 	}
-	return nil, fmt.Errorf("spill: read stream %s: %w", s.Stream, err)
+	// The consumer failed (its server went away and it could not be made
+	// again, its heartbeats stopped): nothing says the events are gone.
+	return nil, fmt.Errorf("%w: read stream %s: %w", ErrUnavailable, s.Stream, err)
 }
 
 // apply replays one message through the shadow ledger and, when w is not

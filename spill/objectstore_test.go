@@ -294,6 +294,57 @@ func TestProduceDetectsMissingEnd(t *testing.T) {
 	})
 }
 
+// A transcript's reader (a consumer, which may sit on a replica catching
+// up) that misses an event the stream's leader holds does not make the
+// transcript incomplete: the spill is unavailable for now, and the session
+// does not halt for it. The same cuts made in the stream are incomplete
+// (TestProduceDetectsMissingEnd, TestWriteIncomplete).
+func TestProduceReaderLacksWhatTheLeaderHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lack func(req ledger.SpillRequest, turns []uint64) uint64
+	}{
+		{"first event", func(req ledger.SpillRequest, _ []uint64) uint64 { return req.FirstSeq }},
+		{"a turn", func(_ ledger.SpillRequest, turns []uint64) uint64 { return turns[3] }},
+		{"last event", func(req ledger.SpillRequest, _ []uint64) uint64 { return req.LastSeq }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			ctx := testCtx(t)
+			req, turns := smallSession(t, h, 6, "t")
+			h.publish(turn("alpha", 6, "later")) // read after a missing last event
+			lacks := tc.lack(req, turns)
+			readerLacks = func(seq uint64) bool { return seq == lacks }
+			t.Cleanup(func() { readerLacks = nil })
+
+			err := h.store.produce(ctx, req, &replay{from: req.FirstSeq, first: true}, NewWriter(io.Discard))
+			require.ErrorIs(t, err, ErrUnavailable)
+			require.NotErrorIs(t, err, ErrIncomplete)
+			t.Log(err)
+
+			// Deleted from the stream, it is gone: the leader agrees.
+			require.NoError(t, h.stream.DeleteMsg(ctx, lacks))
+			err = h.store.produce(ctx, req, &replay{from: req.FirstSeq, first: true}, NewWriter(io.Discard))
+			require.ErrorIs(t, err, ErrIncomplete)
+		})
+	}
+}
+
+// An events stream that is not found (deleted, or not yet known to a
+// cluster's meta leader after a restart) makes a spill unavailable, not
+// incomplete: the events are gone only once a stream of the name says so.
+func TestWriteEventsStreamNotFound(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := testCtx(t)
+	req, _ := smallSession(t, h, 4, "t")
+	require.NoError(t, h.js.DeleteStream(ctx, testStream))
+	h.store.Retries, h.store.Backoff = 2, 10*time.Millisecond
+	_, err := h.store.Write(ctx, req)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	require.NotErrorIs(t, err, ErrIncomplete)
+}
+
 func itoa(n uint64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestWriteBucketDeleted(t *testing.T) {
