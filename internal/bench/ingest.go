@@ -80,7 +80,11 @@ type IngestResult struct {
 // Round is one measurement of one side of the ingest comparison.
 type Round struct {
 	PerSec float64 `json:"per_sec"`
-	Usage  Usage   `json:"usage"`
+	// FirstMs is how long after the clock started the first input was
+	// delivered (raw, layout) or decided (the processor, which starts with
+	// the clock: its connections, leases and consumers' state).
+	FirstMs float64 `json:"first_ms"`
+	Usage   Usage   `json:"usage"`
 }
 
 // benchProcessorConfig is the processor's configuration in every
@@ -163,18 +167,19 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 	maxAck := processor.DefaultShards * processor.DefaultQueueDepth
 	for r := range rounds {
 		// timed runs one reader, metered, and adds its round to out.
-		timed := func(what string, out *[]Round, run func() (time.Duration, error)) error {
+		timed := func(what string, out *[]Round, run func(first *time.Duration) (time.Duration, error)) error {
 			progress("ingest %d KiB, round %d of %d: %s", body>>10, r+1, rounds, what)
 			m := s.meter()
-			d, err := run()
+			var first time.Duration
+			d, err := run(&first)
 			if err != nil {
 				return err
 			}
-			*out = append(*out, Round{PerSec: float64(n) / d.Seconds(), Usage: m.stop()})
+			*out = append(*out, Round{PerSec: float64(n) / d.Seconds(), FirstMs: float64(first.Microseconds()) / 1000, Usage: m.stop()})
 			return nil
 		}
-		if err := timed("raw pull consumer", &res.RawRounds, func() (time.Duration, error) {
-			return consumeRaw(ctx, s.js, rawStream, fmt.Sprintf("raw-%d", r), n, maxAck)
+		if err := timed("raw pull consumer", &res.RawRounds, func(first *time.Duration) (time.Duration, error) {
+			return consumeRaw(ctx, s.js, rawStream, fmt.Sprintf("raw-%d", r), n, maxAck, first)
 		}); err != nil {
 			return res, err
 		}
@@ -185,7 +190,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 		if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: pubStream, Subjects: []string{pubSubj + ".>"}, Storage: jetstream.FileStorage}); err != nil {
 			return res, err
 		}
-		if err := timed("raw durable publish (pipelined)", &res.RawPublishRounds, func() (time.Duration, error) {
+		if err := timed("raw durable publish (pipelined)", &res.RawPublishRounds, func(*time.Duration) (time.Duration, error) {
 			start := time.Now()
 			_, err := publishAll(ctx, s.js, pub, 4096)
 			return time.Since(start), err
@@ -195,8 +200,8 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 
 		lcfg := cfg
 		lcfg.Durable = fmt.Sprintf("layout%d", r)
-		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, func() (time.Duration, error) {
-			return consumeLayout(ctx, s.js, lcfg, n, false)
+		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, func(first *time.Duration) (time.Duration, error) {
+			return consumeLayout(ctx, s.js, lcfg, n, false, first)
 		}); err != nil {
 			return res, err
 		}
@@ -224,8 +229,8 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 			if err != nil {
 				return res, err
 			}
-			if err := timed(what, out, func() (time.Duration, error) {
-				return process(ctx, s.js, p, uint64(n), nil)
+			if err := timed(what, out, func(first *time.Duration) (time.Duration, error) {
+				return process(ctx, s.js, p, uint64(n), nil, first)
 			}); err != nil {
 				return res, err
 			}
@@ -313,7 +318,7 @@ func createConsumers(ctx context.Context, js jetstream.JetStream, cfg processor.
 // process runs p until it has handled want inputs and acknowledged every
 // one, and returns how long that took. held, if not nil, is called then,
 // before p stops.
-func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor, want uint64, held func()) (time.Duration, error) {
+func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor, want uint64, held func(), first *time.Duration) (time.Duration, error) {
 	// Every input is either decided on delivery (Handled) or read from the
 	// stream ahead of its delivery (CaughtUp) and then skipped.
 	decided := func() uint64 { st := p.Stats(); return st.Handled + st.CaughtUp }
@@ -331,7 +336,10 @@ func process(ctx context.Context, js jetstream.JetStream, p *processor.Processor
 			return nil
 		}
 	}
-	for decided()-before < want {
+	for got := decided() - before; got < want; got = decided() - before {
+		if got > 0 && first != nil && *first == 0 {
+			*first = time.Since(start)
+		}
 		if err := stopped(); err != nil {
 			return 0, err
 		}
@@ -394,7 +402,7 @@ func ackPending(ctx context.Context, js jetstream.JetStream, cfg processor.Confi
 // consumeRaw reads n messages from stream with the durable pull consumer durable,
 // fetching in batches and acknowledging each message, and returns how long
 // that took until the server held no ack pending.
-func consumeRaw(ctx context.Context, js jetstream.JetStream, stream, durable string, n, maxAckPending int) (time.Duration, error) {
+func consumeRaw(ctx context.Context, js jetstream.JetStream, stream, durable string, n, maxAckPending int, first *time.Duration) (time.Duration, error) {
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: maxAckPending,
 		AckWait: time.Minute, DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -412,6 +420,9 @@ func consumeRaw(ctx context.Context, js jetstream.JetStream, stream, durable str
 			return 0, err
 		}
 		for m := range batch.Messages() {
+			if got == 0 && first != nil {
+				*first = time.Since(start)
+			}
 			if err := m.Ack(); err != nil {
 				return 0, err
 			}
@@ -451,7 +462,7 @@ func dropResources(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 // are acknowledged, and returns how long that took. The consumers are
 // created (or found) before the clock starts, and deleted after unless keep
 // is set.
-func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Config, n int, keep bool) (time.Duration, error) {
+func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Config, n int, keep bool, first *time.Duration) (time.Duration, error) {
 	cfg = cfg.WithDefaults()
 	conss, err := createConsumers(ctx, js, cfg)
 	defer func() {
@@ -504,7 +515,9 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 				for m := range batch.Messages() {
 					empty = false
 					last = m
-					got.Add(1)
+					if got.Add(1) == 1 && first != nil {
+						*first = time.Since(start)
+					}
 					if all {
 						continue
 					}

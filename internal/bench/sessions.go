@@ -456,7 +456,7 @@ func (r *sessionsRun) decide(ctx context.Context, cfg processor.Config, m int, c
 		if held != nil {
 			heldErr = held(p)
 		}
-	})
+	}, nil)
 	if err == nil {
 		err = heldErr
 	}
@@ -776,7 +776,7 @@ func (r *sessionsRun) grow(ctx context.Context, n int) (float64, error) {
 	}
 	// The processor would have acknowledged the opens: its consumers
 	// start after them.
-	if _, err := consumeLayout(ctx, js, r.pcfg, n-from, true); err != nil {
+	if _, err := consumeLayout(ctx, js, r.pcfg, n-from, true, nil); err != nil {
 		return 0, err
 	}
 	r.live = n
