@@ -40,6 +40,24 @@ import (
 // directWait bounds the wait for a batch's next direct lookup's answer.
 const directWait = 5 * time.Second
 
+// directPause is how long direct lookups stay off after a batch of them
+// went unanswered (an identity without the permission, a stream without
+// allow_direct, a server away); then one shard's batch tries them again,
+// and they are on again once one is answered.
+var directPause = time.Minute
+
+// directOn reports whether this shard's batch sends direct lookups: they
+// are on, or their pause is over and this batch is the one that tries
+// them again (the others wait for its outcome).
+func (p *Processor) directOn() bool {
+	until := p.directOffUntil.Load()
+	if until == 0 {
+		return true
+	}
+	now := time.Now()
+	return now.UnixNano() >= until && p.directOffUntil.CompareAndSwap(until, now.Add(directPause).UnixNano())
+}
+
 // maxDirect is the most lookups one call of lookDirect sends.
 const maxDirect = 1024
 
@@ -48,7 +66,7 @@ const maxDirect = 1024
 // message; the others are left to the prefetch's usual lookups.
 func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 	p := s.p
-	if p.directOff.Load() || len(s.pre.states) == 0 {
+	if len(s.pre.states) == 0 || !p.directOn() {
 		return
 	}
 	keys := make([]lookupKey, 0, len(tasks))
@@ -67,12 +85,15 @@ func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 		n := min(len(keys), maxDirect)
 		found, answered, refused, err := p.lookDirect(ctx, p.readConn(s.index), keys[:n])
 		if ctx.Err() == nil && (err != nil || answered == 0 || refused == answered) {
-			if !p.directOff.Swap(true) {
-				// Most likely an identity that may not make the request
-				// (no answer comes): every batch would wait for it.
-				p.log.Warn("looking up sessions in the events stream by direct get failed; asking its leader for each from now on (the processor's identity needs publish on $JS.API.DIRECT.GET.<events stream>, and the stream allow_direct)", "lookups", n, "err", err)
+			// Most likely an identity that may not make the request (no
+			// answer comes): every batch would wait for it.
+			if p.directOffUntil.Swap(time.Now().Add(directPause).UnixNano()) == 0 {
+				p.log.Warn("looking up sessions in the events stream by direct get failed; asking its leader for each, and trying direct gets again every "+directPause.String()+" (the processor's identity needs publish on $JS.API.DIRECT.GET.<events stream>, and the stream allow_direct)", "lookups", n, "err", err)
 			}
 			return
+		}
+		if answered > 0 && p.directOffUntil.Swap(0) != 0 {
+			p.log.Info("looking up sessions in the events stream by direct get works again")
 		}
 		for i, raw := range found {
 			if raw != nil {

@@ -3,6 +3,7 @@ package processor
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -56,7 +57,7 @@ func TestDirectLookups(t *testing.T) {
 	}
 	require.Equal(t, 32, directWindow(e.JS.Conn()), "32 MiB of 1 MiB messages: fewer than the sessions here")
 	s.directLookups(ctx, tasks)
-	require.False(t, p.directOff.Load())
+	require.Zero(t, p.directOffUntil.Load(), "on")
 	for i := range n {
 		id := "s" + strconv.Itoa(i)
 		filter := p.subj.SessionFilters(id)[0]
@@ -84,9 +85,44 @@ func TestDirectLookups(t *testing.T) {
 	_, err = e.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	s.pre.lookups = map[string][]span{}
+	pause := 300 * time.Millisecond
+	defer func(d time.Duration) { directPause = d }(directPause)
+	directPause = pause
+	off := time.Now()
 	s.directLookups(ctx, tasks)
-	require.True(t, p.directOff.Load(), "turned off")
+	require.NotZero(t, p.directOffUntil.Load(), "turned off")
 	require.Empty(t, s.pre.lookups)
+
+	// Off for the pause, even once the stream answers again; then one
+	// batch tries again, and they are on.
+	cfg.AllowDirect = true
+	_, err = e.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	s.directLookups(ctx, tasks)
+	if time.Since(off) < pause {
+		require.Empty(t, s.pre.lookups, "not tried during the pause")
+	}
+	time.Sleep(time.Until(off.Add(pause)))
+	s.directLookups(ctx, tasks)
+	require.Zero(t, p.directOffUntil.Load(), "on again")
+	require.Len(t, s.pre.lookups, n-n/4)
+}
+
+// TestDirectRetryIsOneShard: when the pause is over, one batch tries
+// direct lookups again, not every shard's at once.
+func TestDirectRetryIsOneShard(t *testing.T) {
+	p := &Processor{}
+	p.directOffUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
+	tried := 0
+	for range 8 {
+		if p.directOn() {
+			tried++
+		}
+	}
+	require.Equal(t, 1, tried)
+	p.directOffUntil.Store(0)
+	require.True(t, p.directOn())
+	require.True(t, p.directOn())
 }
 
 // TestDirectAnswerTakesTheServersHeaders: of headers a message carries

@@ -55,9 +55,10 @@ type Processor struct {
 	// multiGetOff: a batch read of states failed; states are read one
 	// request each (prefetch.go).
 	multiGetOff atomic.Bool
-	// directOff: direct gets of the events stream went unanswered; the
-	// prefetch asks its leader for every lookup (direct.go).
-	directOff atomic.Bool
+	// directOffUntil: direct gets of the events stream went unanswered;
+	// until this time (Unix nanoseconds; 0: on) the prefetch asks its
+	// leader for every lookup (direct.go).
+	directOffUntil atomic.Int64
 	// reads are the connections the shards read on (direct.go).
 	reads []*nats.Conn
 	// control is the latest answer of which sessions have messages on
