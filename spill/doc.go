@@ -168,6 +168,11 @@
 //     message is at most 10 seconds (readIdle), then the stream is asked
 //     whether the end is gone (ErrIncomplete) or the attempt fails
 //     (ErrUnavailable). The ordered consumer resets at most 3 times.
+//   - Asking the leader about what the reader found missing: one or two
+//     gets and two stream infos, or for a count that differs one pass over
+//     the session's messages from where the replay starts to LastSeq, at
+//     most one request in flight per subject, each answer awaited at most
+//     10 seconds.
 //   - Reading an object (read): at most its info's chunk count, each wait
 //     for an answer at most 10 seconds.
 //   - Following a chain (GetChain, and Write's walk back): each step visits
