@@ -195,7 +195,8 @@
 //     count); NATS not answering, or a JetStream cluster that cannot serve
 //     for a moment (temporarily unavailable, not the leader, a stream
 //     offline: a leader election), within the batch's budget as above;
-//     other failures up to 4 attempts, then the session halts (rule 5). A spill
+//     other failures up to 4 attempts over at least 10 seconds, then the
+//     session halts (rule 5). A spill
 //     that runs out of storage, the bucket's size or the session's quota
 //     halts the session at once.
 //   - a partition's fetches, and reading its consumer's state on a takeover

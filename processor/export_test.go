@@ -1,5 +1,7 @@
 package processor
 
+import "time"
+
 // IdleAfterEveryBatch makes every shard turn every session it can into its
 // snapshot after each batch, so that each is restored for its next event.
 // It returns the function that puts things back. Call it only while no
@@ -33,4 +35,14 @@ func OnRebuildHolding(f func()) (restore func()) {
 func LookupsLag(f func(filter string) bool) (restore func()) {
 	lookupLags = f
 	return func() { lookupLags = nil }
+}
+
+// SpillsFail has every spill attempt fail with f's error first, when f
+// returns one, and a spill halt only after its failures span at least
+// failFor. It returns the function that puts things back. Call it only
+// while no processor runs.
+func SpillsFail(f func() error, failFor time.Duration) (restore func()) {
+	old := spillFailFor
+	spillFails, spillFailFor = f, failFor
+	return func() { spillFails, spillFailFor = nil, old }
 }

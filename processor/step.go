@@ -107,8 +107,16 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 	defer stop()
 	start := time.Now()
 	failures := 0
+	var firstFailure time.Time
 	for attempt := 0; ; attempt++ {
-		h, err := p.store.Write(ctx, req)
+		var h events.SpillHandle
+		var err error
+		if spillFails != nil {
+			err = spillFails()
+		}
+		if err == nil {
+			h, err = p.store.Write(ctx, req)
+		}
 		if err == nil {
 			p.log.Info("spilled", "session", req.Session, "seq", req.Cause.Meta.Seq, "name", req.Name, "bytes", h.Size, "events", h.Events)
 			p.obs.Spilled(h, time.Since(start))
@@ -137,7 +145,11 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 			p.log.Warn("spill interrupted: NATS or JetStream did not answer; retrying", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 			continue
 		}
-		if failures++; failures < spillFailures && !errors.Is(err, spill.ErrIncomplete) && !permanent {
+		if failures++; failures == 1 {
+			firstFailure = time.Now()
+		}
+		again := failures < spillFailures || time.Since(firstFailure) < spillFailFor
+		if again && !errors.Is(err, spill.ErrIncomplete) && !permanent {
 			p.log.Warn("spill failed; trying again", "session", req.Session, "seq", req.Cause.Meta.Seq, "attempt", failures, "err", err)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return ledger.SpillResult{}, err
@@ -168,8 +180,17 @@ func spillWaits(err error, connected bool) bool {
 }
 
 // spillFailures is how many times a spill may fail (beyond NATS not
-// answering, which is retried without limit) before the session halts.
+// answering, which is retried without limit) before the session halts, and
+// spillFailFor the least time from its first failure: a failure that only
+// lasts while a JetStream cluster elects a leader or a server restarts
+// (some of its errors are not told apart from lasting ones) halts nothing.
 const spillFailures = 4
+
+var spillFailFor = 10 * time.Second
+
+// spillFails, when set (by tests), is asked before each spill attempt; an
+// error it returns is the attempt's.
+var spillFails func() error
 
 // owned checks that the session's stored state is still the one this
 // instance read (or stored): errFenced if another instance stored since, an

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +108,58 @@ func TestSpillWaitsForMissingSpillStore(t *testing.T) {
 	waitFor(t, 15*time.Second, "the processor ready again", func() bool { return r.p.Ready() == nil })
 	kinds = verdictsOf(t, e, cfg, "needsspill")
 	require.Zero(t, kinds[events.TypeSessionHalted], fmt.Sprint(kinds))
+}
+
+// TestSpillOutlastsBriefFailures: a spill whose attempts fail for a moment
+// with an error not told apart from a lasting one (as some do while a
+// JetStream cluster elects a leader) is tried again until its failures
+// span the least time they must, and the compaction is refused with its
+// spill, the session not halted; a spill that keeps failing halts the
+// session, but not before that time.
+func TestSpillOutlastsBriefFailures(t *testing.T) {
+	const failFor = 2 * time.Second
+	for _, tc := range []struct {
+		name   string
+		fails  int32 // attempts that fail; -1: all
+		halted bool
+	}{
+		{"brief", 5, false},
+		{"lasting", -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int32
+			defer processor.SpillsFail(func() error {
+				if k := n.Add(1); tc.fails < 0 || k <= tc.fails {
+					return errors.New("spill: the object store failed (a failure of no known kind)")
+				}
+				return nil
+			}, failFor)()
+			e := newEnv(t)
+			cfg := baseConfig()
+			e.start(t, cfg)
+
+			s := &sessionScript{ID: "flaky"}
+			s.Open("turns", 4, "turns")
+			s.Turns(10, 1)
+			s.Truncate(0, 3)
+			s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+			start := time.Now()
+			e.publishAll(t, scriptMsgs(t, cfg.Subjects(), s))
+			var kinds map[string]int
+			waitFor(t, 30*time.Second, "the spill's outcome", func() bool {
+				kinds = verdictsOf(t, e, cfg, "flaky")
+				return kinds[events.TypeTranscriptSpilled]+kinds[events.TypeSessionHalted] > 0
+			})
+			took := time.Since(start)
+			if tc.halted {
+				require.Equal(t, 1, kinds[events.TypeSessionHalted], fmt.Sprint(kinds))
+				require.GreaterOrEqual(t, took, failFor, "halted before its failures spanned the least time")
+				require.GreaterOrEqual(t, n.Load(), int32(4))
+				return
+			}
+			require.Zero(t, kinds[events.TypeSessionHalted], fmt.Sprint(kinds))
+			require.Equal(t, 1, kinds[events.TypeTranscriptSpilled], fmt.Sprint(kinds))
+			require.Equal(t, tc.fails+1, n.Load(), "tried until it succeeded")
+		})
+	}
 }
