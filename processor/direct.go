@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -109,7 +110,8 @@ func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 // (at most directWindow unanswered at once), and returns, by index, each
 // message found that is taken as the answer (nil for none taken), how many
 // were answered at all, and how many of those were "no responders" (a
-// stream that does not allow direct gets).
+// stream that does not allow direct gets). A permission violation the
+// server reports for the requests ends it with that error.
 func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookupKey) (found []*jetstream.RawStreamMsg, answered, refused int, err error) {
 	stream := p.cfg.Names().Events
 	inbox := nc.NewInbox() // not under the request mux: its subscription would get every answer too
@@ -119,6 +121,9 @@ func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookup
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	subject := "$JS.API.DIRECT.GET." + stream
+	// A server that refuses the request for permissions answers nothing,
+	// but tells the connection at once (its last error).
+	lastErr := nc.LastError()
 	sent := 0
 	send := func() error {
 		k := keys[sent]
@@ -143,7 +148,10 @@ func (p *Processor) lookDirect(ctx context.Context, nc *nats.Conn, keys []lookup
 				return found, answered, refused, err
 			}
 		}
-		m, err := nextWithin(ctx, sub, directWait)
+		m, err := nextAnswer(ctx, nc, sub, lastErr, subject)
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			return found, answered, refused, err
+		}
 		if err != nil {
 			// The rest are asked the usual way.
 			return found, answered, refused, nil
@@ -170,6 +178,22 @@ const directBytes = 32 << 20
 // at least 16.
 func directWindow(nc *nats.Conn) int {
 	return max(16, min(maxDirect, directBytes/max(int(nc.MaxPayload()), 1)))
+}
+
+// nextAnswer waits at most directWait for sub's next message, and ends
+// early with the connection's error when the server reports a permission
+// violation for subject on nc since lastErr (then none is coming).
+func nextAnswer(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, lastErr error, subject string) (*nats.Msg, error) {
+	const step = 50 * time.Millisecond
+	for waited := time.Duration(0); ; waited += step {
+		m, err := nextWithin(ctx, sub, min(step, directWait-waited))
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || waited+step >= directWait {
+			return m, err // an answer, an error of its own (no responders), or the end
+		}
+		if e := nc.LastError(); e != lastErr && errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), `"`+subject+`"`) {
+			return nil, e
+		}
+	}
 }
 
 // nextWithin waits at most d for sub's next message.

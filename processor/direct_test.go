@@ -1,11 +1,14 @@
 package processor
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -151,4 +154,58 @@ func TestDirectAnswerTakesTheServersHeaders(t *testing.T) {
 	}
 	m.Header = nats.Header{"Status": {"404"}, "Description": {"Message Not Found"}}
 	require.Nil(t, directAnswer("EV", lookupKey{filter: "a.b", seq: 5}, m))
+}
+
+// TestDirectLookupDenied: a server refuses a direct get the identity may
+// not make by answering nothing, and tells the connection; the batch's
+// lookups end as soon as the connection hears of it, with the violation as
+// their error (which turns them off), rather than after directWait.
+func TestDirectLookupDenied(t *testing.T) {
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+		Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "proc", Password: "proc", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.DIRECT.GET.DD_EVENTS"}},
+			}},
+		},
+	}
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	connect := func(user string) *nats.Conn {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(connect("admin"))
+	require.NoError(t, err)
+	p, err := New(ctx, js, Config{Prefix: "dd", Partitions: 2})
+	require.NoError(t, err)
+	require.Equal(t, "DD_EVENTS", p.cfg.Names().Events)
+	m := nats.NewMsg(p.subj.Events("a"))
+	m.Data = []byte("x")
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	keys := []lookupKey{{filter: p.subj.SessionFilters("a")[0], seq: 1}}
+
+	found, answered, _, err := p.lookDirect(ctx, connect("admin"), keys)
+	require.NoError(t, err)
+	require.Equal(t, 1, answered)
+	require.NotNil(t, found[0], "the admin may")
+
+	proc := connect("proc")
+	start := time.Now()
+	found, answered, _, err = p.lookDirect(ctx, proc, keys)
+	took := time.Since(start)
+	require.ErrorIs(t, err, nats.ErrPermissionViolation)
+	require.Zero(t, answered)
+	require.Nil(t, found[0])
+	require.Less(t, took, directWait, "ended when the violation was reported, not after the wait")
+	t.Logf("denied after %s: %v", took, err)
 }
