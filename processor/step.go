@@ -109,14 +109,7 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 	failures := 0
 	var firstFailure time.Time
 	for attempt := 0; ; attempt++ {
-		var h events.SpillHandle
-		var err error
-		if spillFails != nil {
-			err = spillFails()
-		}
-		if err == nil {
-			h, err = p.store.Write(ctx, req)
-		}
+		h, err := p.writeSpill(ctx, req)
 		if err == nil {
 			p.log.Info("spilled", "session", req.Session, "seq", req.Cause.Meta.Seq, "name", req.Name, "bytes", h.Size, "events", h.Events)
 			p.obs.Spilled(h, time.Since(start))
@@ -191,6 +184,16 @@ var spillFailFor = 10 * time.Second
 // spillFails, when set (by tests), is asked before each spill attempt; an
 // error it returns is the attempt's.
 var spillFails func() error
+
+// writeSpill is one attempt of req's spill.
+func (p *Processor) writeSpill(ctx context.Context, req ledger.SpillRequest) (events.SpillHandle, error) {
+	if spillFails != nil {
+		if err := spillFails(); err != nil {
+			return events.SpillHandle{}, err
+		}
+	}
+	return p.store.Write(ctx, req)
+}
 
 // owned checks that the session's stored state is still the one this
 // instance read (or stored): errFenced if another instance stored since, an
