@@ -27,8 +27,14 @@ import (
 // its own under one subscription, with as many in flight as 32 MiB of the
 // largest messages the server takes (32 at its default max_payload).
 //
-// Any replica may answer a direct get, and one behind its leader answers
-// as of what it has applied. Only an answer that holds a message is
+// The lookups are direct gets only when the events stream has a single
+// replica. Any replica may answer a direct get, and one restarted with
+// entries its leader never committed (it was the leader, or had them
+// appended, when it stopped) answers from them until it has caught up and
+// truncated them: its message at a sequence need not be the leader's. So
+// with replicas every lookup asks the leader. What follows holds for a replica that lags but agrees.
+//
+// A replica behind its leader answers as of what it has applied. Only an answer that holds a message is
 // taken: a replica that holds a message at sequence m has applied every
 // sequence before m (a stream's replicas apply its log in order), so the
 // first message it finds from a sequence is the first there is up to m,
@@ -46,6 +52,15 @@ const directWait = 5 * time.Second
 // allow_direct, a server away); then one shard's batch tries them again,
 // and they are on again once one is answered.
 var directPause = time.Minute
+
+// eventsReplicated reports whether the events stream has more than one
+// replica. Then the lookups ask its leader: a replica restarted with
+// entries its leader never committed answers from them until it has
+// caught up, so its messages need not be the leader's at their sequences.
+func (p *Processor) eventsReplicated() bool {
+	info := p.res.Events.CachedInfo()
+	return info == nil || info.Config.Replicas > 1
+}
 
 // directOn reports whether this shard's batch sends direct lookups: they
 // are on, or their pause is over and this batch is the one that tries
@@ -67,7 +82,7 @@ const maxDirect = 1024
 // message; the others are left to the prefetch's usual lookups.
 func (s *shard) directLookups(ctx context.Context, tasks []prefetchTask) {
 	p := s.p
-	if len(s.pre.states) == 0 || !p.directOn() {
+	if len(s.pre.states) == 0 || p.eventsReplicated() || !p.directOn() {
 		return
 	}
 	keys := make([]lookupKey, 0, len(tasks))

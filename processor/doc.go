@@ -248,7 +248,10 @@
 // as a direct get, which any replica may answer, and takes only an answer
 // holding a message of the session's subject: a replica that holds
 // sequence m has applied all before it, so the first message it finds is
-// the first there is; "nothing" is asked of the leader. Direct gets that
+// the first there is; "nothing" is asked of the leader. With more than
+// one replica of the events stream every lookup asks the leader: a replica
+// restarted with entries its leader never committed answers from those
+// until it has caught up. Direct gets that
 // go unanswered (an identity without the permission, a stream without
 // allow_direct, a server away) are off for a minute, every lookup asked of
 // the leader, and then tried again. The bucket's compare-and-swap is the
