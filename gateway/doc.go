@@ -30,9 +30,13 @@
 // ?wait=DURATION (at most MaxWait) with one compaction.requested waits for
 // its verdict after the ack: the gateway subscribes to the session's
 // verdict subjects before it publishes and matches the verdict ids
-// events.OutputID derives from the request's (source, id). A verdict
-// comes back as 200 with its exact bytes (application/cloudevents+json)
-// and its signature headers; no verdict in time is a 202.
+// events.OutputID derives from the request's (source, id). A subscriber
+// hears a message as the stream takes it, before it is stored, so a
+// verdict heard is answered only once the verdict stream holds it (read
+// through Config.Verdicts): the answer is always what replay finds. A
+// verdict comes back as 200 with its exact bytes
+// (application/cloudevents+json) and its signature headers; no stored
+// verdict in time is a 202.
 //
 // # Credentials and no deputy
 //

@@ -328,6 +328,68 @@ func TestWaitTimeoutAndBadWait(t *testing.T) {
 	require.Equal(t, uint64(1), e.storedMsgs(t))
 }
 
+// TestWaitAnswersStoredVerdictsOnly: a subscriber hears a message as the
+// stream takes it, stored or not. A verdict heard on NATS that the verdict
+// stream refuses to store (here: a wrong Nats-Expected-Last-Sequence) is
+// no answer; the same verdict once stored is, with the stream's bytes.
+func TestWaitAnswersStoredVerdictsOnly(t *testing.T) {
+	e := newEnv(t, opts{noProcessor: true})
+	cause := events.Cause{ID: "u-req", Source: "urn:agent:a"}
+	body := fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"urn:seamguard:test","type":%q,"subject":"u"}`,
+		events.OutputID(cause, events.TypeCompactionAllowed), events.TypeCompactionAllowed)
+	subject := "seamguard.verdicts.u." + events.KindAllowed
+
+	// publishWhile publishes m every 20 ms until the answer to a ?wait=
+	// request is in.
+	publishWhile := func(m *nats.Msg, id string) answer {
+		got := make(chan answer, 1)
+		go func() {
+			req, err := http.NewRequestWithContext(e.ctx, http.MethodPost, e.url+"/v1/events?wait=1s", strings.NewReader(request("u", id)))
+			if err != nil {
+				got <- answer{status: -1, body: []byte(err.Error())}
+				return
+			}
+			req.Header.Set("Content-Type", structured["Content-Type"])
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				got <- answer{status: -1, body: []byte(err.Error())}
+				return
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			got <- answer{status: res.StatusCode, header: res.Header, body: b}
+		}()
+		for {
+			select {
+			case a := <-got:
+				return a
+			case <-time.After(20 * time.Millisecond):
+				require.NoError(t, e.NC.PublishMsg(m))
+			}
+		}
+	}
+
+	refused := nats.NewMsg(subject)
+	refused.Data = []byte(body)
+	refused.Header.Set(jetstream.ExpectedLastSeqHeader, "999999")
+	a := publishWhile(refused, "u-req")
+	require.Equal(t, http.StatusAccepted, a.status, "a verdict the stream never stored was answered: %s", a.body)
+	require.Equal(t, "timeout", a.header.Get(gateway.HeaderWait))
+	s, err := e.JS.Stream(e.ctx, "SEAMGUARD_VERDICTS")
+	require.NoError(t, err)
+	_, err = s.GetLastMsgForSubject(e.ctx, subject)
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+
+	stored := nats.NewMsg(subject)
+	stored.Data = []byte(body)
+	stored.Header.Set(jetstream.MsgIDHeader, "u-verdict")
+	a = publishWhile(stored, "u-req")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	m, err := s.GetLastMsgForSubject(e.ctx, subject)
+	require.NoError(t, err)
+	require.Equal(t, string(m.Data), string(a.body))
+}
+
 // TestDuplicates: the same event again is a duplicate (202, stored once);
 // another event under the same (source, id) is a 409; the same id from
 // two sources is two events.
