@@ -78,6 +78,13 @@
 // Verdict.Kind (events.KindAllowed, KindRefused, KindHalted) or on the
 // type of its Data.
 //
+// A verdict heard on core NATS is heard as the verdict stream takes it,
+// before it is stored. Should the stream fail to store it, the processor
+// acknowledges nothing and decides the request again: the stream then
+// holds that decision (the same verdict but for a halt for a spill that
+// has since succeeded). The verdict stream, which a replay reads, is the
+// record; the HTTP gateway's ?wait= answers from it.
+//
 // A refusal with next "retry" carries a spill handle: seamguard wrote the
 // whole transcript to the object store, so what the compaction drops can be
 // re-read. Requesting the same compaction again is then allowed. Retry does
