@@ -57,7 +57,7 @@
 // the server a staging store besides its fsync, so a group of fewer than
 // 16 writes goes one at a time, pipelined. Measured side by side on one
 // server that syncs every write: at a million live sessions and one event
-// each, groups of about 600 states decide 3 to 5 times as many events a
+// each, groups of about 600 states decide 2.7 to 5 times as many events a
 // second as writes one by one, about as many as the same processor on a lazy
 // server, and reading the states and looking up the events stream then
 // bound it; at 100 busy sessions, groups of about 40 writes where a shard
