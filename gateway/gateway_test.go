@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -61,7 +62,8 @@ func newEnv(t testing.TB, o opts) *env {
 			}
 		})
 	}
-	cfg := gateway.Config{Agent: e.NC, Operator: e.NC, Reader: e.JS, Verdicts: e.JS, Auth: &gateway.Auth{Tokens: o.tokens}}
+	cfg := gateway.Config{Agent: e.NC, Operator: e.NC, Reader: e.JS, Verdicts: e.JS, Auth: &gateway.Auth{Tokens: o.tokens},
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
@@ -71,6 +73,14 @@ func newEnv(t testing.TB, o opts) *env {
 	t.Cleanup(hs.Close)
 	e.url = hs.URL
 	return e
+}
+
+// testWriter writes the gateway's log lines to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 // storedMsgs is how many messages the events stream holds.
@@ -339,9 +349,9 @@ func TestWaitAnswersStoredVerdictsOnly(t *testing.T) {
 		events.OutputID(cause, events.TypeCompactionAllowed), events.TypeCompactionAllowed)
 	subject := "seamguard.verdicts.u." + events.KindAllowed
 
-	// publishWhile publishes m every 20 ms until the answer to a ?wait=
-	// request is in.
-	publishWhile := func(m *nats.Msg, id string) answer {
+	// publishWhile publishes first, then m every 20 ms, until the answer
+	// to a ?wait= request is in.
+	publishWhile := func(first, m *nats.Msg, id string) answer {
 		got := make(chan answer, 1)
 		go func() {
 			req, err := http.NewRequestWithContext(e.ctx, http.MethodPost, e.url+"/v1/events?wait=1s", strings.NewReader(request("u", id)))
@@ -359,12 +369,12 @@ func TestWaitAnswersStoredVerdictsOnly(t *testing.T) {
 			b, _ := io.ReadAll(res.Body)
 			got <- answer{status: res.StatusCode, header: res.Header, body: b}
 		}()
-		for {
+		for next := first; ; next = m {
 			select {
 			case a := <-got:
 				return a
 			case <-time.After(20 * time.Millisecond):
-				require.NoError(t, e.NC.PublishMsg(m))
+				require.NoError(t, e.NC.PublishMsg(next))
 			}
 		}
 	}
@@ -372,7 +382,7 @@ func TestWaitAnswersStoredVerdictsOnly(t *testing.T) {
 	refused := nats.NewMsg(subject)
 	refused.Data = []byte(body)
 	refused.Header.Set(jetstream.ExpectedLastSeqHeader, "999999")
-	a := publishWhile(refused, "u-req")
+	a := publishWhile(refused, refused, "u-req")
 	require.Equal(t, http.StatusAccepted, a.status, "a verdict the stream never stored was answered: %s", a.body)
 	require.Equal(t, "timeout", a.header.Get(gateway.HeaderWait))
 	s, err := e.JS.Stream(e.ctx, "SEAMGUARD_VERDICTS")
@@ -383,7 +393,8 @@ func TestWaitAnswersStoredVerdictsOnly(t *testing.T) {
 	stored := nats.NewMsg(subject)
 	stored.Data = []byte(body)
 	stored.Header.Set(jetstream.MsgIDHeader, "u-verdict")
-	a = publishWhile(stored, "u-req")
+	// Heard first unstored, then stored: the gateway keeps looking.
+	a = publishWhile(refused, stored, "u-req")
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 	m, err := s.GetLastMsgForSubject(e.ctx, subject)
 	require.NoError(t, err)

@@ -631,18 +631,20 @@ func (s *Server) stored(ctx context.Context, m *nats.Msg, from uint64) *nats.Msg
 		return m
 	}
 	id := verdictID(m.Data)
+	var str jetstream.Stream
 	for {
-		str, err := s.cfg.Verdicts.Stream(ctx, s.cfg.VerdictsStream)
+		var err error
+		if str == nil {
+			str, err = s.cfg.Verdicts.Stream(ctx, s.cfg.VerdictsStream)
+		}
 		for err == nil {
 			var raw *jetstream.RawStreamMsg
-			raw, err = str.GetMsg(ctx, from, jetstream.WithGetMsgSubject(m.Subject))
-			if err != nil {
-				break
+			if raw, err = str.GetMsg(ctx, from, jetstream.WithGetMsgSubject(m.Subject)); err == nil {
+				if verdictID(raw.Data) == id {
+					return &nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
+				}
+				from = raw.Sequence + 1
 			}
-			if verdictID(raw.Data) == id {
-				return &nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
-			}
-			from = raw.Sequence + 1
 		}
 		select {
 		case <-ctx.Done():
