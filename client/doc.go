@@ -83,7 +83,7 @@
 // acknowledges nothing and decides the request again: the stream then
 // holds that decision (the same verdict but for a halt for a spill that
 // has since succeeded). The verdict stream, which a replay reads, is the
-// record; the HTTP gateway's ?wait= answers from it.
+// record.
 //
 // A refusal with next "retry" carries a spill handle: seamguard wrote the
 // whole transcript to the object store, so what the compaction drops can be

@@ -51,12 +51,10 @@ type Config struct {
 	// event from another event under the same (source, id). Nil: every
 	// duplicate is answered 409.
 	Reader jetstream.JetStream
-	// Verdicts reads the verdict stream (STREAM.INFO and direct get, as
-	// the operator identity may): ?wait= answers a verdict once it is
-	// stored there, and a request stored before, whose verdict may be out
-	// already, is answered from it. Nil: ?wait= answers a verdict as soon
-	// as it is heard, stored or not, and a request stored before waits for
-	// a verdict to come.
+	// Verdicts reads the verdict stream's last verdicts (STREAM.INFO and
+	// direct get, as the operator identity may) to answer ?wait= for a
+	// request stored before, whose verdict may be out already. Nil: such a
+	// request waits for a verdict to come.
 	Verdicts jetstream.JetStream
 	// Auth decides who may do what; nil or nil Tokens: every caller is
 	// the operator (serve then listens on loopback only).

@@ -30,13 +30,14 @@
 // ?wait=DURATION (at most MaxWait) with one compaction.requested waits for
 // its verdict after the ack: the gateway subscribes to the session's
 // verdict subjects before it publishes and matches the verdict ids
-// events.OutputID derives from the request's (source, id). A subscriber
-// hears a message as the stream takes it, before it is stored, so a
-// verdict heard is answered only once the verdict stream holds it (read
-// through Config.Verdicts): the answer is always what replay finds. A
-// verdict comes back as 200 with its exact bytes
-// (application/cloudevents+json) and its signature headers; no stored
-// verdict in time is a 202.
+// events.OutputID derives from the request's (source, id). A verdict
+// comes back as 200 with its exact bytes (application/cloudevents+json)
+// and its signature headers; no verdict in time is a 202. The verdict is
+// answered as it is heard on NATS, as an agent subscribed on NATS hears
+// it: as the verdict stream takes it, a fsync before a durable server has
+// stored it. Should that store fail, the processor acknowledges nothing
+// and decides the request again, and the stream holds that decision.
+// Waiting for the store would cost every answer that fsync.
 //
 // # Credentials and no deputy
 //

@@ -103,15 +103,14 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var verdicts chan *nats.Msg
-	var from uint64
 	if wait > 0 {
-		ch, start, done, fail := s.watchVerdicts(r.Context(), items[0].ev.Subject)
+		ch, done, fail := s.watchVerdicts(r.Context(), items[0].ev.Subject)
 		if fail != nil {
 			fail(w)
 			return
 		}
 		defer done()
-		verdicts, from = ch, start
+		verdicts = ch
 	}
 	acc := Accepted{Status: http.StatusAccepted, Mode: mode, Events: make([]Stored, 0, len(items))}
 	dups := 0
@@ -132,7 +131,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderDuplicates, strconv.Itoa(dups))
 	if wait > 0 {
-		if v := s.awaitVerdict(r.Context(), items[0].ev, acc.Events[0].Duplicate, verdicts, from, wait); v != nil {
+		if v := s.awaitVerdict(r.Context(), items[0].ev, acc.Events[0].Duplicate, verdicts, wait); v != nil {
 			writeVerdict(w, v)
 			return
 		}
@@ -205,11 +204,11 @@ func (s *Server) admit(items []item, p Principal) failure {
 // watchVerdicts takes one of the gateway's waiting slots and subscribes to
 // session's verdicts, before the request is published, so that no verdict
 // is missed; done gives both back.
-func (s *Server) watchVerdicts(ctx context.Context, session string) (verdicts chan *nats.Msg, from uint64, done func(), fail failure) {
+func (s *Server) watchVerdicts(ctx context.Context, session string) (verdicts chan *nats.Msg, done func(), fail failure) {
 	select {
 	case s.waiting <- struct{}{}:
 	default:
-		return nil, 0, nil, func(w http.ResponseWriter) {
+		return nil, nil, func(w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "1")
 			WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("gateway: %d requests are waiting for verdicts already, the most this gateway lets wait; send the request again without ?wait= (and read its verdict on NATS), or later", cap(s.waiting)))
 		}
@@ -226,27 +225,9 @@ func (s *Server) watchVerdicts(ctx context.Context, session string) (verdicts ch
 			_ = sub.Unsubscribe()
 		}
 		<-s.waiting
-		return nil, 0, nil, failWith(http.StatusServiceUnavailable, fmt.Errorf("gateway: cannot subscribe to the session's verdicts: %w", err))
+		return nil, nil, failWith(http.StatusServiceUnavailable, fmt.Errorf("gateway: cannot subscribe to the session's verdicts: %w", err))
 	}
-	return verdicts, s.verdictsFrom(ctx, session), func() { _ = sub.Unsubscribe(); <-s.waiting }, nil
-}
-
-// verdictsFrom is the verdict stream's sequence after the session's last
-// verdict stored so far (1 when it has none, or when Verdicts cannot
-// tell): a verdict that comes later is stored at or above it.
-func (s *Server) verdictsFrom(ctx context.Context, session string) uint64 {
-	if s.cfg.Verdicts == nil {
-		return 1
-	}
-	str, err := s.cfg.Verdicts.Stream(ctx, s.cfg.VerdictsStream)
-	if err != nil {
-		return 1
-	}
-	last, err := str.GetLastMsgForSubject(ctx, s.cfg.Subjects.Verdict(session, "*"))
-	if err != nil {
-		return 1
-	}
-	return last.Sequence + 1
+	return verdicts, func() { _ = sub.Unsubscribe(); <-s.waiting }, nil
 }
 
 // writeVerdict answers with the verdict v, its signature headers kept.
@@ -585,11 +566,8 @@ var verdictTypes = []struct{ typ, kind string }{
 // awaitVerdict waits up to d for the verdict that answers req, whose
 // output ids events.OutputID derives from its source and id. A request
 // stored before (duplicate) was decided before, maybe: its verdict is
-// looked up among the session's last verdicts too. A verdict heard on the
-// subscription is answered once the verdict stream holds it (from the
-// sequence from on): a subscriber hears a message as the stream takes it,
-// before it is stored, and an answer must be what replay finds.
-func (s *Server) awaitVerdict(ctx context.Context, req *events.Event, duplicate bool, ch <-chan *nats.Msg, from uint64, d time.Duration) *nats.Msg {
+// looked up among the session's last verdicts too.
+func (s *Server) awaitVerdict(ctx context.Context, req *events.Event, duplicate bool, ch <-chan *nats.Msg, d time.Duration) *nats.Msg {
 	cause := events.Cause{ID: req.ID, Source: req.Source}
 	ids := map[string]bool{}
 	for _, vt := range verdictTypes {
@@ -613,44 +591,8 @@ func (s *Server) awaitVerdict(ctx context.Context, req *events.Event, duplicate 
 			return nil
 		case m := <-ch:
 			if ids[verdictID(m.Data)] {
-				return s.stored(ctx, m, from)
+				return m
 			}
-		}
-	}
-}
-
-// storedPoll is how often stored asks the verdict stream again.
-const storedPoll = 10 * time.Millisecond
-
-// stored is the verdict m as the verdict stream holds it, looked for on
-// m's subject from the sequence from on, asked again every storedPoll
-// until ctx ends (nil then: not stored in time). Without Config.Verdicts
-// m itself is the answer.
-func (s *Server) stored(ctx context.Context, m *nats.Msg, from uint64) *nats.Msg {
-	if s.cfg.Verdicts == nil {
-		return m
-	}
-	id := verdictID(m.Data)
-	var str jetstream.Stream
-	for {
-		var err error
-		if str == nil {
-			str, err = s.cfg.Verdicts.Stream(ctx, s.cfg.VerdictsStream)
-		}
-		for err == nil {
-			var raw *jetstream.RawStreamMsg
-			if raw, err = str.GetMsg(ctx, from, jetstream.WithGetMsgSubject(m.Subject)); err == nil {
-				if verdictID(raw.Data) == id {
-					return &nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
-				}
-				from = raw.Sequence + 1
-			}
-		}
-		select {
-		case <-ctx.Done():
-			s.cfg.Logger.Warn("http gateway: a verdict heard is not in the verdict stream in time", "subject", m.Subject, "id", id, "err", err)
-			return nil
-		case <-time.After(storedPoll):
 		}
 	}
 }
