@@ -308,7 +308,7 @@ func TestWaitVerdict(t *testing.T) {
 	require.Eventually(t, func() bool {
 		m, err = s.GetLastMsgForSubject(e.ctx, "seamguard.verdicts.w."+kindOf(t, a.body))
 		return err == nil
-	}, 10*time.Second, 5*time.Millisecond, "the verdict answered is not stored: %v", err)
+	}, 10*time.Second, 5*time.Millisecond, "the verdict answered is not stored")
 	require.Equal(t, string(m.Data), string(a.body))
 	require.Equal(t, events.OutputID(events.Cause{ID: "w-req", Source: "urn:agent:a"}, v.Type), v.ID)
 
