@@ -271,6 +271,16 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 		}
 		perm := rand.New(rand.NewPCG(Seed+3, uint64(n))).Perm(n)
 		order := perm[:m]
+		// The memory before the round is taken before its events are
+		// published: settling it hands the heap back to the system, and
+		// the publishing, not the timed round, then grows it again (in
+		// process, where the heap is the server's too, a round started
+		// right after ran at about 0.6 of one that was not).
+		var rssBase, heapBase uint64
+		if last {
+			rssBase, _ = settledMemory()
+			heapBase = heapwatch.InUse()
+		}
 		first, err := r.publishRound(ctx, order)
 		if err != nil {
 			return res, err
@@ -286,12 +296,6 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 			return res, err
 		}
 		writes0 := kvStream.CachedInfo().State.LastSeq
-		var rssBase uint64
-		var heapBase uint64
-		if last {
-			rssBase, _ = settledMemory()
-			heapBase = heapwatch.InUse()
-		}
 		progress("sessions: %d live, seamguard on %d events", n, m)
 		prof := ""
 		if last {
