@@ -220,26 +220,8 @@ func (s *shard) run(ctx context.Context) error {
 // pending while the next batch is taken, and what queued meanwhile is the
 // batch, as before.
 func (s *shard) take(ctx context.Context, batch []delivery) []delivery {
-	queued := func() bool {
-		for len(batch) < cap(batch) {
-			select {
-			case m, ok := <-s.q:
-				if !ok {
-					return false
-				}
-				batch = append(batch, m)
-			default:
-				return true
-			}
-		}
-		return false
-	}
-	if !queued() || s.pending != nil || !backlog(batch[len(batch)-1]) {
-		return batch
-	}
-	deadline := time.Now().Add(lingerMax)
-	gap := time.NewTimer(lingerGap)
-	defer gap.Stop()
+	var gap *time.Timer // nil until the batch waits
+	var deadline time.Time
 	for len(batch) < cap(batch) {
 		select {
 		case m, ok := <-s.q:
@@ -247,14 +229,30 @@ func (s *shard) take(ctx context.Context, batch []delivery) []delivery {
 				return batch
 			}
 			batch = append(batch, m)
-			if !queued() || !backlog(batch[len(batch)-1]) {
-				return batch
-			}
+			continue
+		default:
+		}
+		// Nothing queued: wait for more only for a backlog on its way.
+		if s.pending != nil || !backlog(batch[len(batch)-1]) {
+			return batch
+		}
+		if gap == nil {
+			deadline = time.Now().Add(lingerMax)
+			gap = time.NewTimer(lingerGap)
+			defer gap.Stop()
+		} else {
 			wait := min(lingerGap, time.Until(deadline))
 			if wait <= 0 {
 				return batch
 			}
 			gap.Reset(wait)
+		}
+		select {
+		case m, ok := <-s.q:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
 		case <-gap.C:
 			return batch
 		case <-ctx.Done():
