@@ -14,13 +14,7 @@
 // sessions' ledgers outright (no locks, per-session order, no goroutine per
 // message).
 //
-// A shard works in group commits. A batch is what its queue holds when it
-// takes one: a lone input is decided at once, and a shard with no round
-// pending that is woken by a delivery after which its consumer reports
-// more pending waits for the rest of the fetch (at most a millisecond for
-// each next delivery, ten in all; shard.go's take), so that a start on a
-// backlog does not begin with rounds of a handful of sessions.
-// For a batch of messages it decodes each,
+// A shard works in group commits. For a batch of messages it decodes each,
 // Steps the session's ledger, writes the spill the ledger asks for (and
 // Steps its result), and publishes every output with Nats-Msg-Id set to the
 // output's deterministic id, signed with Config.SigningKey (the

@@ -189,7 +189,19 @@ func (s *shard) run(ctx context.Context) error {
 		if !ok {
 			return s.settle()
 		}
-		batch := s.take(ctx, append(bufs[s.rounds%2][:0], m))
+		batch := append(bufs[s.rounds%2][:0], m)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case m, ok := <-s.q:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
 		if err := s.handle(ctx, batch); err != nil {
 			return err
 		}
@@ -204,76 +216,6 @@ func (s *shard) run(ctx context.Context) error {
 		}
 	}
 }
-
-// take fills batch, after its first delivery, with what is queued, and,
-// when the shard has no round pending and the consumer reports more of a
-// backlog on its way (backlog), with what arrives until the batch is full
-// or the deliveries pause.
-//
-// A shard takes a batch as soon as it has one delivery, so that a lone
-// input is decided at once. A processor starting on a backlog (or a shard
-// woken from idle by one) would then decide its first batches on the first
-// few deliveries of the first fetches, each batch paying a full round of
-// cold reads for a handful of sessions while the rest of the fetch queues
-// behind it; waiting the fetch's few milliseconds out lets the first
-// batches be as large as the later ones. Under steady load a round is
-// pending while the next batch is taken, and what queued meanwhile is the
-// batch, as before.
-func (s *shard) take(ctx context.Context, batch []delivery) []delivery {
-	var gap *time.Timer // nil until the batch waits
-	var deadline time.Time
-	for len(batch) < cap(batch) {
-		select {
-		case m, ok := <-s.q:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, m)
-			continue
-		default:
-		}
-		// Nothing queued: wait for more only for a backlog on its way.
-		if s.pending != nil || !backlog(batch[len(batch)-1]) {
-			return batch
-		}
-		if gap == nil {
-			deadline = time.Now().Add(lingerMax)
-			gap = time.NewTimer(lingerGap)
-			defer gap.Stop()
-		} else {
-			wait := min(lingerGap, time.Until(deadline))
-			if wait <= 0 {
-				return batch
-			}
-			gap.Reset(wait)
-		}
-		select {
-		case m, ok := <-s.q:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, m)
-		case <-gap.C:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
-	}
-	return batch
-}
-
-// backlog reports whether the consumer that delivered d had more messages
-// to deliver after it.
-func backlog(d delivery) bool {
-	return d.meta != nil && d.meta.NumPending > 0
-}
-
-// A batch waits for a backlog's deliveries at most lingerMax in all, and
-// lingerGap for each next delivery (variables for tests).
-var (
-	lingerMax = 10 * time.Millisecond
-	lingerGap = time.Millisecond
-)
 
 // next returns the next delivery, not ok once the queue is closed. With
 // nothing queued it settles the pending round before it waits; it sweeps
