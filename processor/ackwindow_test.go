@@ -235,3 +235,22 @@ func TestAckWindowWaits(t *testing.T) {
 		t.Fatalf("pending = %d", w.pending())
 	}
 }
+
+// TestAckWindowDescribe: what a stalled test prints of a window names its
+// first inputs and which of them are placeholders and finished.
+func TestAckWindowDescribe(t *testing.T) {
+	w := &ackWindow{}
+	w.add(3, windowMsg{seq: 3})
+	w.hold(5)
+	w.add(7, windowMsg{seq: 7})
+	w.finish(5, nil, "")
+	if got, want := w.describe(), "3 inputs (1 finished, 1 placeholders): 3 5/held/done 7"; got != want {
+		t.Fatalf("describe = %q, want %q", got, want)
+	}
+	w.finish(3, windowMsg{seq: 3}, "")
+	w.finish(7, windowMsg{seq: 7}, "")
+	w.release()
+	if got, want := w.describe(), "0 inputs (0 finished, 0 placeholders)"; got != want {
+		t.Fatalf("describe after release = %q, want %q", got, want)
+	}
+}

@@ -46,3 +46,16 @@ func SpillsFail(f func() error, failFor time.Duration) (restore func()) {
 	spillFails, spillFailFor = f, failFor
 	return func() { spillFails, spillFailFor = nil, old }
 }
+
+// AckWindows describes each of p's ack windows (by consumer name) that
+// holds inputs.
+func (p *Processor) AckWindows() map[string]string {
+	out := map[string]string{}
+	p.windows.Range(func(k, v any) bool {
+		if w := v.(*ackWindow); w.pending() > 0 {
+			out[k.(string)] = w.describe()
+		}
+		return true
+	})
+	return out
+}

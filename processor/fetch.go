@@ -25,6 +25,8 @@ import (
 func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, part int, lease *leases, shards []*shard) error {
 	f := &fetcher{p: p, ctx: ctx, hard: hard, cons: cons, name: cons.CachedInfo().Name, part: part, lease: lease, shards: shards,
 		win: &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}, lastPrune: time.Now()}
+	p.windows.Store(f.name, f.win)
+	defer p.windows.CompareAndDelete(f.name, f.win)
 	return f.run()
 }
 

@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,6 +77,7 @@ func (e *env) start(t *testing.T, cfg processor.Config) *running {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &running{p: p, cancel: cancel, done: make(chan error, 1)}
+	liveRuns.Store(r, struct{}{})
 	go func() {
 		err := p.Run(ctx)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
@@ -94,6 +96,9 @@ func (e *env) start(t *testing.T, cfg processor.Config) *running {
 	return r
 }
 
+// liveRuns holds the instances running now, for diagnose.
+var liveRuns sync.Map
+
 // wait waits (with a deadline) for Run to return and returns its error.
 func (r *running) wait(t *testing.T) error {
 	t.Helper()
@@ -103,6 +108,7 @@ func (r *running) wait(t *testing.T) error {
 	select {
 	case r.err = <-r.done:
 		r.ended = true
+		liveRuns.Delete(r)
 		return r.err
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30s")
@@ -261,6 +267,34 @@ func (e *env) diagnose(t *testing.T, cfg processor.Config) {
 	if parts == 0 {
 		parts = processor.DefaultPartitions
 	}
+	// Twice, a few seconds apart: whether a stuck consumer's deliveries
+	// still move (redeliveries raise its delivery count) shows.
+	for look := range 2 {
+		if look > 0 {
+			time.Sleep(3 * time.Second)
+		}
+		e.diagnoseConsumers(t, ctx, cfg, parts, placement)
+	}
+	liveRuns.Range(func(k, _ any) bool {
+		r := k.(*running)
+		for name, w := range r.p.AckWindows() {
+			t.Logf("diagnose: instance %p: ack window of %s: %s", r.p, name, w)
+		}
+		return true
+	})
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(g, "seamguard/processor.") {
+			t.Logf("diagnose: goroutines\n%s", g)
+		}
+	}
+}
+
+// diagnoseConsumers writes the state of every consumer of cfg.
+func (e *env) diagnoseConsumers(t *testing.T, ctx context.Context, cfg processor.Config, parts int, placement func(*jetstream.ClusterInfo) string) {
+	t.Helper()
+	n := cfg.Names()
 	for p := -1; p < parts; p++ {
 		c, err := e.JS.Consumer(ctx, n.Events, cfg.ConsumerName(p))
 		if err != nil {
@@ -272,15 +306,8 @@ func (e *env) diagnose(t *testing.T, cfg processor.Config) {
 			t.Logf("diagnose: consumer %d: %v", p, err)
 			continue
 		}
-		t.Logf("diagnose: consumer %s: pending %d, ack pending %d, waiting %d, delivered %d, ack floor %d; %s",
-			ci.Name, ci.NumPending, ci.NumAckPending, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream, placement(ci.Cluster))
-	}
-	var buf bytes.Buffer
-	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-	for _, g := range strings.Split(buf.String(), "\n\n") {
-		if strings.Contains(g, "seamguard/processor.") {
-			t.Logf("diagnose: goroutines\n%s", g)
-		}
+		t.Logf("diagnose: consumer %s: pending %d, ack pending %d, redelivered %d, waiting %d, delivered %d (delivery %d), ack floor %d (delivery %d); %s",
+			ci.Name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.Delivered.Consumer, ci.AckFloor.Stream, ci.AckFloor.Consumer, placement(ci.Cluster))
 	}
 }
 

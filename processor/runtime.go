@@ -64,6 +64,9 @@ type Processor struct {
 	// control is the latest answer of which sessions have messages on
 	// their control subject (prefetch.go).
 	control controlCache
+	// windows holds each fetcher's ack window by consumer name, for a
+	// stalled test to show (AckWindows).
+	windows sync.Map
 }
 
 // counters are what Stats reports, counted as it happens; each is safe
