@@ -41,6 +41,11 @@ type Config struct {
 	// 3's largest size (with an in-process server, the server's work is in
 	// it too).
 	SessionsCPUProfile string
+	// IngestCPUProfile, when set, names a file to write a CPU profile of
+	// this process to while the processor (atomic batches) decides the
+	// last round of the first ingest measurement (1 KiB bodies; with an
+	// in-process server, the server's work is in it too).
+	IngestCPUProfile string
 	// SessionSizes are the numbers of live sessions measurement 3 measures
 	// at, ascending; nil means 100,000, 500,000 and 1,000,000 (Quick: a
 	// few thousand).
@@ -187,7 +192,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	err := errors.Join(
 		with("ingest", func(s *server) error {
 			for i, body := range sz.ingestBodies {
-				res, err := runIngest(ctx, s, fmt.Sprintf("i%d", i), body, sz.ingestEvents[i], sz.ingestSessions, sz.ingestRounds, progress)
+				prof := ""
+				if i == 0 {
+					prof = cfg.IngestCPUProfile
+				}
+				res, err := runIngest(ctx, s, fmt.Sprintf("i%d", i), body, sz.ingestEvents[i], sz.ingestSessions, sz.ingestRounds, prof, progress)
 				if err != nil {
 					return err
 				}

@@ -26,7 +26,9 @@
 // For profiling, `seamguard bench --cpuprofile FILE` profiles this process
 // (the processor and the clients), `--sessions-cpuprofile FILE` only while
 // seamguard decides the events of the largest number of sessions (with
-// `--in-process`, the server too), `--memprofile FILE` writes a heap
+// `--in-process`, the server too), `--ingest-cpuprofile FILE` only while
+// seamguard decides the last round of the 1 KiB ingest measurement,
+// `--memprofile FILE` writes a heap
 // profile while those sessions are held, and SEAMGUARD_BENCH_SERVER_CPUPROFILE=FILE
 // makes each child server profile itself (each overwrites the last: skip
 // all measurements but one). SEAMGUARD_BENCH_LOG=info shows the processors' logs.

@@ -119,7 +119,7 @@ func medianOf(v []float64) float64 {
 // publishAnchorEvents bounds the events of the raw publish anchor.
 const publishAnchorEvents = 10_000
 
-func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, rounds int, progress func(string, ...any)) (IngestResult, error) {
+func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, rounds int, cpuProfile string, progress func(string, ...any)) (IngestResult, error) {
 	res := IngestResult{BodyBytes: body, Events: n, Sessions: sessions, Rounds: rounds}
 	prefix := "bench" + tag
 	cfg := benchProcessorConfig(prefix)
@@ -237,6 +237,13 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 				return res, err
 			}
 			if err := timed(what, out, n, func(first *time.Duration) (time.Duration, error) {
+				if cpuProfile != "" && !perMessage && r == rounds-1 {
+					stop, err := startCPUProfile(cpuProfile)
+					if err != nil {
+						return 0, err
+					}
+					defer stop()
+				}
 				return process(ctx, s.js, p, uint64(n), nil, first)
 			}); err != nil {
 				return res, err
