@@ -1,9 +1,7 @@
 package processor
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -211,36 +209,4 @@ func (w *ackWindow) pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.q) - w.head + len(w.ready)
-}
-
-// describe says what holds the window back, for a stalled test: its
-// inputs, how many are finished and placeholders, and its first few.
-func (w *ackWindow) describe() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	q := w.q[w.head:]
-	var done, held int
-	for _, p := range q {
-		if p.done {
-			done++
-		}
-		if p.msg == nil {
-			held++
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d inputs (%d finished, %d placeholders)", len(q), done, held)
-	for i, p := range q[:min(len(q), 8)] {
-		if i == 0 {
-			b.WriteString(":")
-		}
-		fmt.Fprintf(&b, " %d", p.seq)
-		if p.msg == nil {
-			b.WriteString("/held")
-		}
-		if p.done {
-			b.WriteString("/done")
-		}
-	}
-	return b.String()
 }

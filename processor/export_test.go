@@ -1,6 +1,10 @@
 package processor
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // IdleAfterEveryBatch makes every shard turn every session it can into its
 // snapshot after each batch, so that each is restored for its next event.
@@ -58,4 +62,36 @@ func (p *Processor) AckWindows() map[string]string {
 		return true
 	})
 	return out
+}
+
+// describe says what holds the window back, for a stalled test: its
+// inputs, how many are finished and placeholders, and its first few.
+func (w *ackWindow) describe() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[w.head:]
+	var done, held int
+	for _, p := range q {
+		if p.done {
+			done++
+		}
+		if p.msg == nil {
+			held++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d inputs (%d finished, %d placeholders)", len(q), done, held)
+	for i, p := range q[:min(len(q), 8)] {
+		if i == 0 {
+			b.WriteString(":")
+		}
+		fmt.Fprintf(&b, " %d", p.seq)
+		if p.msg == nil {
+			b.WriteString("/held")
+		}
+		if p.done {
+			b.WriteString("/done")
+		}
+	}
+	return b.String()
 }
