@@ -67,8 +67,11 @@ type round struct {
 	// inputs are acknowledged after all, into the park record.
 	parked map[string]bool
 
-	n      uint64     // the round's number on its shard, from 1
-	batch  []delivery // the round's deliveries
+	n     uint64     // the round's number on its shard, from 1
+	batch []delivery // the round's deliveries
+	// lastOf is the highest stream sequence of each session in batch,
+	// made when the round first leaves a session (see leave).
+	lastOf map[string]uint64
 	stores *storeBatch
 	// settling is set while the round's stores are settled, when the
 	// next round may be deciding: a session left then (settleLeft) is
@@ -165,13 +168,23 @@ func (s *shard) settleFor(id string) error {
 	return nil
 }
 
-// leave drops session id from the batch and the shard's memory.
+// leave drops session id from the batch and the shard's memory, and
+// records at once that the batch's inputs of it are left undecided: the
+// shard's next round may run before this one is settled, and a session it
+// reads again must catch up past them before it decides anything later
+// (shard.horizon), or it would skip them.
 func (r *round) leave(id string) {
 	if r.fenced == nil {
 		r.fenced = map[string]bool{}
 	}
 	r.fenced[id] = true
 	r.s.drop(id)
+	if r.lastOf == nil {
+		r.lastOf = r.s.lastSeqs(r.batch)
+	}
+	if seq, ok := r.lastOf[id]; ok {
+		r.s.noteLeftAt(id, seq)
+	}
 	if r.settling {
 		r.settleLeft = append(r.settleLeft, id)
 	}

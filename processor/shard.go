@@ -83,20 +83,9 @@ func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, acks []ack) {
 			if d.msg != nil {
 				subject = d.msg.Subject()
 			}
-			sid, err := s.p.subj.SessionOf(subject)
-			if err != nil || !fenced[sid] {
-				continue
+			if sid, err := s.p.subj.SessionOf(subject); err == nil && fenced[sid] {
+				s.noteLeftAt(sid, d.seq())
 			}
-			if s.left == nil {
-				s.left = map[string]uint64{}
-			}
-			s.left[sid] = max(s.left[sid], d.seq())
-		}
-		if len(s.left) > maxLeft {
-			for _, seq := range s.left {
-				s.leftAll = max(s.leftAll, seq)
-			}
-			clear(s.left)
 		}
 	}
 	if len(s.left) == 0 {
@@ -110,6 +99,36 @@ func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, acks []ack) {
 		if sess := s.sessions[a.session]; sess != nil && sess.caughtUp >= seq {
 			delete(s.left, a.session)
 		}
+	}
+}
+
+// lastSeqs returns the highest stream sequence of each session in batch.
+func (s *shard) lastSeqs(batch []delivery) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, d := range batch {
+		subject := d.markSubject
+		if d.msg != nil {
+			subject = d.msg.Subject()
+		}
+		if sid, err := s.p.subj.SessionOf(subject); err == nil {
+			out[sid] = max(out[sid], d.seq())
+		}
+	}
+	return out
+}
+
+// noteLeftAt records that the inputs of session id up to stream sequence
+// seq were left undecided here.
+func (s *shard) noteLeftAt(id string, seq uint64) {
+	if s.left == nil {
+		s.left = map[string]uint64{}
+	}
+	s.left[id] = max(s.left[id], seq)
+	if len(s.left) > maxLeft {
+		for _, seq := range s.left {
+			s.leftAll = max(s.leftAll, seq)
+		}
+		clear(s.left)
 	}
 }
 
