@@ -1,7 +1,15 @@
 package processor
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seamguard/seamguard/internal/embedded"
+	"github.com/seamguard/seamguard/internal/workload"
 )
 
 // TestLeaveIsKnownToTheNextRound: a round that leaves a session records
@@ -52,4 +60,67 @@ func TestLeaveIsKnownToTheNextRound(t *testing.T) {
 	if got := s.horizon("a", delivery{}); got != 0 {
 		t.Fatalf("session a caught up past what was left, yet its horizon is %d", got)
 	}
+}
+
+// TestLeftInputsNotSkippedByTheNextRound runs the shard's rounds by hand,
+// on a real server, in the order that skipped inputs: round Z leaves a
+// session's first two inputs (their lease is not current); round A reads
+// the session, decides its third input and leaves the fourth and fifth;
+// round B, run while A is still pending as the shard runs it, gets the
+// first input again (redelivered) and then the sixth. B reads the session
+// afresh and must catch up past everything A left before it decides the
+// sixth: the stored state has every turn, and no gap.
+func TestLeftInputsNotSkippedByTheNextRound(t *testing.T) {
+	e := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := Config{Source: "urn:seamguard:test", Partitions: 1, LeaseTTL: time.Minute}
+	p, err := New(ctx, e.JS, cfg)
+	require.NoError(t, err)
+
+	sc := &workload.Script{ID: "x"}
+	sc.Open("turns", 10, "turns")
+	sc.Turns(5, 1) // offsets 0..4, stream sequences 2..6
+	msgs, err := (&workload.Workload{Items: sc.Items}).Msgs(cfg.Subjects())
+	require.NoError(t, err)
+	for _, m := range msgs {
+		_, err := e.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	cons, err := p.res.Events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "by-hand", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	fetched, err := cons.FetchNoWait(len(msgs))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range fetched.Messages() {
+		got = append(got, m)
+	}
+	require.Len(t, got, len(msgs))
+
+	const held, gone = 1, 2 // the lease's epoch now, and one that ended
+	l := &leases{parts: []leaseState{{held: true, epoch: held, renewed: time.Now()}}, ttl: time.Hour, now: time.Now, wake: make(chan struct{})}
+	s := &shard{p: p, lease: l, sessions: map[string]*session{}}
+	d := func(seq int, epoch uint64) delivery {
+		m := got[seq-1]
+		meta, err := m.Metadata()
+		require.NoError(t, err)
+		require.Equal(t, uint64(seq), meta.Sequence.Stream)
+		return delivery{msg: m, meta: meta, at: time.Now(), part: 0, epoch: epoch}
+	}
+
+	require.NoError(t, s.handle(ctx, []delivery{d(1, gone), d(2, gone)})) // Z
+	require.NoError(t, s.settle())
+	require.NoError(t, s.handle(ctx, []delivery{d(3, held), d(4, gone), d(5, held)})) // A, left pending
+	require.NotNil(t, s.pending, "round A is pending when round B runs")
+	require.NoError(t, s.handle(ctx, []delivery{d(1, held), d(6, held)})) // B
+	require.NoError(t, s.settle())
+
+	entry, err := p.res.Sessions.Get(ctx, "x")
+	require.NoError(t, err)
+	st, err := UnmarshalState(entry.Value())
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), st.Seq)
+	v := st.Ledger.View()
+	require.Equal(t, uint64(5), v.Head)
+	require.Empty(t, v.Gaps(), "turns skipped as applied: the stored state never received them")
 }
