@@ -35,7 +35,11 @@
 // too (its inputs wait for the session's owner, as any fenced batch's do).
 // Whatever may have let another writer in, a new lease of the partition or
 // a break in delivery, settles the pending batch before the session is
-// used, and the session is read again from the bucket.
+// used, and the session is read again from the bucket. A batch that leaves
+// a session undecided records the highest of its inputs there at once, not
+// when it is settled: the next batch, decided meanwhile, may read the
+// session again, and catches it up past those inputs before it decides a
+// newer one (else they would be skipped as applied when they come back).
 //
 // The batch's verdicts go to the verdict stream, and then its states to
 // the session bucket, each through the processor's writer of that kind
