@@ -49,14 +49,14 @@ func TestLeaveIsKnownToTheNextRound(t *testing.T) {
 	if _, ok := s.sessions["a"]; ok {
 		t.Fatal("a left session stays cached")
 	}
-	// Finishing the round records the same again, and a later round that
-	// caught a up past it forgets it.
-	s.noteLeft(batch, r.fenced, nil)
+	// Finishing the round keeps it, and a later round that caught a up
+	// past it forgets it.
+	s.forgetLeft(r.fenced, nil)
 	if got := s.horizon("a", delivery{}); got != 17 {
 		t.Fatalf("after the round finished, session a's horizon is %d; want 17", got)
 	}
 	s.put(&session{id: "a", caughtUp: 17})
-	s.noteLeft(nil, nil, []ack{{session: "a", seq: 18}})
+	s.forgetLeft(nil, []ack{{session: "a", seq: 18}})
 	if got := s.horizon("a", delivery{}); got != 0 {
 		t.Fatalf("session a caught up past what was left, yet its horizon is %d", got)
 	}

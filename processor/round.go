@@ -136,7 +136,7 @@ func (s *shard) settle() error {
 	if err := r.store(); err != nil {
 		return err
 	}
-	r.finish(r.batch)
+	r.finish()
 	// Its deliveries and states are done with: what the shard keeps of
 	// the round must not keep them from the garbage collector.
 	clear(r.batch)
@@ -466,7 +466,7 @@ func (r *round) store() error {
 // (and of those it parked) in their ack windows, and sends the acks the
 // windows release. A left session's inputs stay unfinished: no ack may
 // cover them (see ackWindow) until the owner has them.
-func (r *round) finish(batch []delivery) {
+func (r *round) finish() {
 	p := r.p
 	var wins []*ackWindow
 	unstuck := p.health.stuck.Load() > 0
@@ -495,5 +495,5 @@ func (r *round) finish(batch []delivery) {
 			p.sendAck(act)
 		}
 	}
-	r.s.noteLeft(batch, r.fenced, r.acks)
+	r.s.forgetLeft(r.fenced, r.acks)
 }

@@ -72,22 +72,11 @@ func (s *shard) horizon(id string, d delivery) uint64 {
 	return max(d.horizon, s.left[id], s.leftAll)
 }
 
-// noteLeft records the inputs of batch whose sessions the batch left
-// (fenced holds them), and forgets what the sessions acks finished have
-// caught up past. A batch that left nothing, on a shard that remembers
-// nothing left, costs nothing here.
-func (s *shard) noteLeft(batch []delivery, fenced map[string]bool, acks []ack) {
-	if len(fenced) > 0 {
-		for _, d := range batch {
-			subject := d.markSubject
-			if d.msg != nil {
-				subject = d.msg.Subject()
-			}
-			if sid, err := s.p.subj.SessionOf(subject); err == nil && fenced[sid] {
-				s.noteLeftAt(sid, d.seq())
-			}
-		}
-	}
+// forgetLeft forgets what the sessions acks finished have caught up past
+// (round.leave records what a round leaves, the moment it leaves it;
+// fenced holds the sessions the round left). A shard that remembers
+// nothing left costs nothing here.
+func (s *shard) forgetLeft(fenced map[string]bool, acks []ack) {
 	if len(s.left) == 0 {
 		return
 	}
