@@ -38,8 +38,8 @@ import (
 // their redeliveries are skipped and acknowledged (a rejected one is then
 // acked rather than terminated). On an error the session leaves the cache,
 // so that its stored state is read again.
-func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, m jetstream.Msg, pubs *[]published) error {
-	p := s.p
+func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, d delivery, pubs *[]published) error {
+	p, m := s.p, d.msg
 	filters := p.subj.SessionFilters(sess.id) // the subjects the stream holds its inputs under
 	if s.pre.noControl(sess.id, limit) {
 		filters = filters[:1] // nothing on its control subject up to limit (prefetch.go)
@@ -76,7 +76,7 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 		p.log.Info("applying a message delivered before but not applied", "session", sess.id, "seq", raw.Sequence)
 		p.count.appliedAhead.Add(1)
 		outs, _, err := p.step(ctx, sess, raw.Subject, raw.Header, raw.Data, raw.Sequence, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-			return s.spill(ctx, b, m, sess, req)
+			return s.spill(ctx, b, d, sess, req)
 		})
 		if err != nil {
 			s.drop(sess.id)

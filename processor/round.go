@@ -286,7 +286,7 @@ func (r *round) marker(d delivery) error {
 		return r.park(sid, err)
 	}
 	first, before := len(r.pubs), sess.seq
-	if err := r.s.catchUp(r.ctx, r.b, sess, d.mark[len(d.mark)-1], nil, &r.pubs); err != nil {
+	if err := r.s.catchUp(r.ctx, r.b, sess, d.mark[len(d.mark)-1], d, &r.pubs); err != nil {
 		return r.fail(sid, err)
 	}
 	r.received(first, d)
@@ -330,7 +330,7 @@ func (r *round) input(d delivery) error {
 		}
 	}
 	outs, term, err := p.step(r.ctx, sess, m.Subject(), m.Headers(), m.Data(), seq, func(ctx context.Context, req ledger.SpillRequest) (ledger.SpillResult, error) {
-		return r.s.spill(ctx, r.b, m, sess, req)
+		return r.s.spill(ctx, r.b, d, sess, req)
 	})
 	if err != nil {
 		if sess == nil {
@@ -350,7 +350,7 @@ func (r *round) input(d delivery) error {
 		sess.seq = seq
 		r.touch(sess)
 		if h := r.s.horizon(sess.id, d); h > sess.caughtUp {
-			if err := r.s.catchUp(r.ctx, r.b, sess, h, m, &r.pubs); err != nil {
+			if err := r.s.catchUp(r.ctx, r.b, sess, h, d, &r.pubs); err != nil {
 				return r.fail(sess.id, err)
 			}
 			sess.caughtUp = h
@@ -409,7 +409,7 @@ func (r *round) ready(d delivery, sid string, seq uint64) (sess *session, done b
 		// The messages before this one that may be pending elsewhere;
 		// those after it follow in input. A state just read always
 		// checks (catchup.go): it may be behind the stream.
-		if err := s.catchUp(r.ctx, r.b, sess, seq-1, m, &r.pubs); err != nil {
+		if err := s.catchUp(r.ctx, r.b, sess, seq-1, d, &r.pubs); err != nil {
 			return nil, true, r.fail(sess.id, err)
 		}
 		sess.fresh = false

@@ -96,8 +96,15 @@ func (p *Processor) step(ctx context.Context, sess *session, subject string, hdr
 // is the same), and only while the session's stored state is still the one
 // this instance read: otherwise the error is errFenced and nothing of the
 // failure is published.
-func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *session, req ledger.SpillRequest) (ledger.SpillResult, error) {
-	p := s.p
+//
+// Nor may it count once the lease of its partition (the one delivery d,
+// the input decided, was fetched under) is no longer this instance's: a
+// spill that outlasted the lease may have been decided meanwhile by the
+// partition's next holder, whose state the bucket may not hold yet, so the
+// stored state alone cannot tell. Its outcome, success or failure, is then
+// errFenced too, and the session is left to that holder.
+func (s *shard) spill(ctx context.Context, b *budget, d delivery, sess *session, req ledger.SpillRequest) (ledger.SpillResult, error) {
+	p, m := s.p, d.msg
 	// A spill's failure is judged against the stored state (owned), and
 	// a spill is rare and slow: the pending round's states first.
 	if err := s.settleFor(sess.id); err != nil {
@@ -111,6 +118,9 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 	for attempt := 0; ; attempt++ {
 		h, err := p.writeSpill(ctx, req)
 		if err == nil {
+			if ferr := s.leaseHeld(d, sess, "after its spill"); ferr != nil {
+				return ledger.SpillResult{}, ferr
+			}
 			p.log.Info("spilled", "session", req.Session, "seq", req.Cause.Meta.Seq, "name", req.Name, "bytes", h.Size, "events", h.Events)
 			p.obs.Spilled(h, time.Since(start))
 			return ledger.SpillResult{Handle: h}, nil
@@ -148,6 +158,9 @@ func (s *shard) spill(ctx context.Context, b *budget, m jetstream.Msg, sess *ses
 				return ledger.SpillResult{}, err
 			}
 			continue
+		}
+		if ferr := s.leaseHeld(d, sess, "before its spill failure"); ferr != nil {
+			return ledger.SpillResult{}, ferr
 		}
 		if ferr := s.owned(ctx, b, sess); ferr != nil {
 			return ledger.SpillResult{}, ferr
@@ -193,6 +206,17 @@ func (p *Processor) writeSpill(ctx context.Context, req ledger.SpillRequest) (ev
 		}
 	}
 	return p.store.Write(ctx, req)
+}
+
+// leaseHeld is errFenced when the lease delivery d was fetched under is
+// no longer this instance's, or about to end (see leases.current); when is
+// what was under way.
+func (s *shard) leaseHeld(d delivery, sess *session, when string) error {
+	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
+		return nil
+	}
+	s.p.count.expired.Add(1)
+	return fmt.Errorf("%w: %s: the lease of partition %d ended %s", errFenced, sess.id, d.part, when)
 }
 
 // owned checks that the session's stored state is still the one this

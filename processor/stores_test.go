@@ -163,3 +163,61 @@ func TestSpillOutlastsBriefFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestSpillOutlastingItsLeaseCountsForNothing: a spill that fails for good
+// after the partition's lease was taken from this instance (another
+// instance may have decided the compaction meanwhile, with a spill that
+// worked, and not stored its state yet) halts nothing: the session is
+// left, and decided again under the next lease, where its spill works.
+// The lease is taken by writing its key as another holder would, in the
+// first spill attempt; the stored state alone still says the session is
+// this instance's.
+func TestSpillOutlastingItsLeaseCountsForNothing(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.AckWait = 2 * time.Second
+	var calls atomic.Int32
+	var stole atomic.Bool
+	defer processor.SpillsFail(func() error {
+		switch k := calls.Add(1); {
+		case k == 1:
+			kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Leases)
+			if err != nil {
+				return fmt.Errorf("test: open the leases bucket: %w", err)
+			}
+			if err := kv.Delete(e.ctx, "p0"); err != nil {
+				return fmt.Errorf("test: delete the lease: %w", err)
+			}
+			if _, err := kv.Create(e.ctx, "p0", []byte("another-instance")); err != nil {
+				return fmt.Errorf("test: take the lease: %w", err)
+			}
+			stole.Store(true)
+			// The holder's next renewal (every TTL/4) finds the key
+			// another's.
+			time.Sleep(cfg.LeaseTTL)
+			fallthrough
+		case k <= 4:
+			return errors.New("spill: the object store failed (a failure of no known kind)")
+		}
+		return nil
+	}, 100*time.Millisecond)()
+	e.start(t, cfg)
+
+	s := &sessionScript{ID: "outlasted"}
+	s.Open("turns", 4, "turns")
+	s.Turns(10, 1)
+	s.Truncate(0, 3)
+	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+	e.publishAll(t, scriptMsgs(t, cfg.Subjects(), s))
+	var kinds map[string]int
+	waitFor(t, 60*time.Second, "the compaction refused with its spill", func() bool {
+		kinds = verdictsOf(t, e, cfg, "outlasted")
+		return kinds[events.TypeTranscriptSpilled] > 0 || kinds[events.TypeSessionHalted] > 0
+	})
+	require.True(t, stole.Load())
+	kinds = verdictsOf(t, e, cfg, "outlasted")
+	require.Zero(t, kinds[events.TypeSessionHalted], "a spill failure after the lease was lost halted the session: %v", kinds)
+	require.Greater(t, calls.Load(), int32(4), "the spill was tried again under the next lease")
+	require.Equal(t, 1, kinds[events.TypeTranscriptSpilled], fmt.Sprint(kinds))
+	require.Equal(t, 1, kinds[events.TypeCompactionRefused], fmt.Sprint(kinds))
+}
