@@ -473,7 +473,15 @@ func (e *env) publishWindows(t *testing.T, msgs []*nats.Msg, perSession bool) []
 			case ack := <-f.Ok():
 				seqs[i], dup[i] = ack.Sequence, ack.Duplicate
 			case err := <-f.Err():
-				t.Fatalf("publish %d (%s): %v", i, msgs[i].Subject, err)
+				// A cluster electing a stream leader (a server stopped)
+				// answers no one for a moment: sent again, under its
+				// Nats-Msg-Id, it is stored once. The window holds no
+				// other message of its session.
+				ack, err := e.republish(msgs[i], err)
+				if err != nil {
+					t.Fatalf("publish %d (%s): %v", i, msgs[i].Subject, err)
+				}
+				seqs[i], dup[i] = ack.Sequence, ack.Duplicate
 			case <-time.After(30 * time.Second):
 				t.Fatalf("publish %d: no ack", i)
 			}
@@ -482,6 +490,27 @@ func (e *env) publishWindows(t *testing.T, msgs []*nats.Msg, perSession bool) []
 	}
 	requireStoredInOrder(t, msgs, seqs, dup)
 	return seqs
+}
+
+// republish sends msg again, one at a time, while its publish fails as
+// a cluster that cannot serve for a moment fails it (first), for at most
+// 30 seconds.
+func (e *env) republish(msg *nats.Msg, first error) (*jetstream.PubAck, error) {
+	err := first
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if !processor.Unreachable(err) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+		var ack *jetstream.PubAck
+		ack, err = e.JS.PublishMsg(ctx, msg)
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+	}
+	return nil, err
 }
 
 // sessionToken is the last token of a subject: the session of an events or
