@@ -86,11 +86,7 @@ func TestSpillWaitsForMissingSpillStore(t *testing.T) {
 		return errors.Is(r.p.Ready(), processor.ErrStoreMissing)
 	})
 
-	s := &sessionScript{ID: "needsspill"}
-	s.Open("turns", 4, "turns")
-	s.Turns(10, 1)
-	s.Truncate(0, 3)
-	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+	s := needsSpill("needsspill")
 	e.publishAll(t, scriptMsgs(t, cfg.Subjects(), s))
 
 	waitFor(t, 30*time.Second, "the session stuck, waiting for the store", func() bool { return r.p.StuckSessions() == 1 })
@@ -138,11 +134,7 @@ func TestSpillOutlastsBriefFailures(t *testing.T) {
 			cfg := baseConfig()
 			e.start(t, cfg)
 
-			s := &sessionScript{ID: "flaky"}
-			s.Open("turns", 4, "turns")
-			s.Turns(10, 1)
-			s.Truncate(0, 3)
-			s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+			s := needsSpill("flaky")
 			start := time.Now()
 			e.publishAll(t, scriptMsgs(t, cfg.Subjects(), s))
 			var kinds map[string]int
@@ -203,11 +195,7 @@ func TestSpillOutlastingItsLeaseCountsForNothing(t *testing.T) {
 	}, 100*time.Millisecond)()
 	e.start(t, cfg)
 
-	s := &sessionScript{ID: "outlasted"}
-	s.Open("turns", 4, "turns")
-	s.Turns(10, 1)
-	s.Truncate(0, 3)
-	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+	s := needsSpill("outlasted")
 	e.publishAll(t, scriptMsgs(t, cfg.Subjects(), s))
 	var kinds map[string]int
 	waitFor(t, 60*time.Second, "the compaction refused with its spill", func() bool {
@@ -220,4 +208,15 @@ func TestSpillOutlastingItsLeaseCountsForNothing(t *testing.T) {
 	require.Greater(t, calls.Load(), int32(4), "the spill was tried again under the next lease")
 	require.Equal(t, 1, kinds[events.TypeTranscriptSpilled], fmt.Sprint(kinds))
 	require.Equal(t, 1, kinds[events.TypeCompactionRefused], fmt.Sprint(kinds))
+}
+
+// needsSpill is a session whose one compaction, c1, is refused with a
+// spill: turns evicted by a truncation that no summary covered.
+func needsSpill(id string) *sessionScript {
+	s := &sessionScript{ID: id}
+	s.Open("turns", 4, "turns")
+	s.Turns(10, 1)
+	s.Truncate(0, 3)
+	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
+	return s
 }
