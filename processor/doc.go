@@ -205,9 +205,11 @@
 //     halts the session at once. A spill's outcome, failure or success,
 //     counts only while the partition's lease its input was fetched under
 //     is still this instance's, and a failure only while the session's
-//     stored state is still the one read: a spill that outlasted the
-//     lease may have been decided meanwhile by the partition's next
-//     holder, and the session is left to it (fenced) instead.
+//     stored state is still the one read; the lease is checked again
+//     before the round publishes the outcome. A spill (or a round) that
+//     outlasted the lease may have been decided meanwhile by the
+//     partition's next holder, and the session is left to it (fenced)
+//     instead.
 //   - a partition's fetches, and reading its consumer's state on a takeover
 //     or a break in delivery: retried with backoff until Run ends; from the
 //     third failure in a row the consumer is reported by Ready until a fetch

@@ -67,6 +67,11 @@ type round struct {
 	// inputs are acknowledged after all, into the park record.
 	parked map[string]bool
 
+	// spilled holds, for each session whose spill outcome the round
+	// decided, the delivery under whose lease it was decided (see
+	// publish).
+	spilled map[string]delivery
+
 	n     uint64     // the round's number on its shard, from 1
 	batch []delivery // the round's deliveries
 	// lastOf is the highest stream sequence of each session in batch,
@@ -419,8 +424,21 @@ func (r *round) ready(d delivery, sid string, seq uint64) (sess *session, done b
 
 // publish sends the batch's outputs and waits for each to be confirmed;
 // a session one of whose outputs is not confirmed is left.
+//
+// A spill's outcome is published only while the lease it was decided under
+// is still this instance's (see shard.spill): a round that went on for long
+// after it may have outlasted the lease, and the partition's next holder
+// may be deciding the same compaction with another outcome.
 func (r *round) publish() error {
 	p := r.p
+	for id, d := range r.spilled {
+		if r.fenced[id] {
+			continue
+		}
+		if err := r.s.leaseHeld(d, id, "before its spill's outcome was published"); err != nil {
+			r.fence(id, err)
+		}
+	}
 	if err := r.s.sendVerdicts(r.ctx, r.b, r.pubs, r.fenced, r.park); err != nil {
 		return err
 	}
@@ -437,6 +455,18 @@ func (r *round) publish() error {
 		p.observe(pub)
 	}
 	return nil
+}
+
+// noteSpill records that the round decided session id's spill outcome
+// under the lease of delivery d.
+func (r *round) noteSpill(id string, d delivery) {
+	if r == nil {
+		return
+	}
+	if r.spilled == nil {
+		r.spilled = map[string]delivery{}
+	}
+	r.spilled[id] = d
 }
 
 // store settles the round's states that were not plainly stored (see

@@ -118,9 +118,10 @@ func (s *shard) spill(ctx context.Context, b *budget, d delivery, sess *session,
 	for attempt := 0; ; attempt++ {
 		h, err := p.writeSpill(ctx, req)
 		if err == nil {
-			if ferr := s.leaseHeld(d, sess, "after its spill"); ferr != nil {
+			if ferr := s.leaseHeld(d, sess.id, "after its spill"); ferr != nil {
 				return ledger.SpillResult{}, ferr
 			}
+			s.cur.noteSpill(sess.id, d)
 			p.log.Info("spilled", "session", req.Session, "seq", req.Cause.Meta.Seq, "name", req.Name, "bytes", h.Size, "events", h.Events)
 			p.obs.Spilled(h, time.Since(start))
 			return ledger.SpillResult{Handle: h}, nil
@@ -159,12 +160,13 @@ func (s *shard) spill(ctx context.Context, b *budget, d delivery, sess *session,
 			}
 			continue
 		}
-		if ferr := s.leaseHeld(d, sess, "before its spill failure"); ferr != nil {
+		if ferr := s.leaseHeld(d, sess.id, "before its spill failure"); ferr != nil {
 			return ledger.SpillResult{}, ferr
 		}
 		if ferr := s.owned(ctx, b, sess); ferr != nil {
 			return ledger.SpillResult{}, ferr
 		}
+		s.cur.noteSpill(sess.id, d)
 		p.log.Warn("spill failed; the session halts", "session", req.Session, "seq", req.Cause.Meta.Seq, "err", err)
 		p.obs.SpillFailed()
 		return ledger.SpillResult{Failure: err.Error()}, nil
@@ -211,12 +213,12 @@ func (p *Processor) writeSpill(ctx context.Context, req ledger.SpillRequest) (ev
 // leaseHeld is errFenced when the lease delivery d was fetched under is
 // no longer this instance's, or about to end (see leases.current); when is
 // what was under way.
-func (s *shard) leaseHeld(d delivery, sess *session, when string) error {
+func (s *shard) leaseHeld(d delivery, id string, when string) error {
 	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
 		return nil
 	}
 	s.p.count.expired.Add(1)
-	return fmt.Errorf("%w: %s: the lease of partition %d ended %s", errFenced, sess.id, d.part, when)
+	return fmt.Errorf("%w: %s: the lease of partition %d ended %s", errFenced, id, d.part, when)
 }
 
 // owned checks that the session's stored state is still the one this

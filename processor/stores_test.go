@@ -173,20 +173,10 @@ func TestSpillOutlastingItsLeaseCountsForNothing(t *testing.T) {
 	defer processor.SpillsFail(func() error {
 		switch k := calls.Add(1); {
 		case k == 1:
-			kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Leases)
-			if err != nil {
-				return fmt.Errorf("test: open the leases bucket: %w", err)
-			}
-			if err := kv.Delete(e.ctx, "p0"); err != nil {
-				return fmt.Errorf("test: delete the lease: %w", err)
-			}
-			if _, err := kv.Create(e.ctx, "p0", []byte("another-instance")); err != nil {
-				return fmt.Errorf("test: take the lease: %w", err)
+			if err := stealLease(e, cfg); err != nil {
+				return err
 			}
 			stole.Store(true)
-			// The holder's next renewal (every TTL/4) finds the key
-			// another's.
-			time.Sleep(cfg.LeaseTTL)
 			fallthrough
 		case k <= 4:
 			return errors.New("spill: the object store failed (a failure of no known kind)")
@@ -219,4 +209,62 @@ func needsSpill(id string) *sessionScript {
 	s.Truncate(0, 3)
 	s.Compact("c1", rng(0, 10), rng(0, 6), 6, false) // refused, spilled
 	return s
+}
+
+// stealLease writes partition 0's lease key as another instance taking it
+// would, and waits until its holder's renewals (every TTL/4) have found
+// the key another's.
+func stealLease(e *env, cfg processor.Config) error {
+	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Leases)
+	if err != nil {
+		return fmt.Errorf("test: open the leases bucket: %w", err)
+	}
+	if err := kv.Delete(e.ctx, "p0"); err != nil {
+		return fmt.Errorf("test: delete the lease: %w", err)
+	}
+	if _, err := kv.Create(e.ctx, "p0", []byte("another-instance")); err != nil {
+		return fmt.Errorf("test: take the lease: %w", err)
+	}
+	time.Sleep(cfg.LeaseTTL)
+	return nil
+}
+
+// TestSpillNotPublishedAfterItsLease: a spill that worked while the lease
+// was held is not published when its round goes on past the lease (here a
+// later spill of the round stalls while the lease is taken): the
+// partition's next holder decides the compaction again, and what it
+// decides is all that is published. Its spills fail for good, so the
+// session halts; had the first holder's spill been published, the same
+// compaction would stand both refused with a spill and halted.
+func TestSpillNotPublishedAfterItsLease(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.AckWait = 2 * time.Second
+	cfg.Shards = 1 // both sessions in one round
+	var calls atomic.Int32
+	defer processor.SpillsFail(func() error {
+		switch calls.Add(1) {
+		case 1: // the first session's spill works
+			return nil
+		case 2: // the second's stalls while the lease is taken, then works
+			return stealLease(e, cfg)
+		}
+		return errors.New("spill: the object store failed (a failure of no known kind)")
+	}, 100*time.Millisecond)()
+	_, err := processor.Provision(e.ctx, e.JS, cfg)
+	require.NoError(t, err)
+	e.publishAll(t, append(scriptMsgs(t, cfg.Subjects(), needsSpill("first")), scriptMsgs(t, cfg.Subjects(), needsSpill("second"))...))
+	e.start(t, cfg)
+
+	for _, id := range []string{"first", "second"} {
+		var kinds map[string]int
+		waitFor(t, 60*time.Second, id+"'s compaction decided", func() bool {
+			kinds = verdictsOf(t, e, cfg, id)
+			return kinds[events.TypeSessionHalted]+kinds[events.TypeTranscriptSpilled] > 0
+		})
+		require.Zero(t, kinds[events.TypeTranscriptSpilled], "%s: a spill decided under a lease that ended before it was published was published: %v", id, kinds)
+		require.Zero(t, kinds[events.TypeCompactionRefused], "%s: %v", id, kinds)
+		require.Equal(t, 1, kinds[events.TypeSessionHalted], "%s: %v", id, kinds)
+	}
+	require.Greater(t, calls.Load(), int32(2))
 }
