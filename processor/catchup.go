@@ -39,27 +39,29 @@ import (
 // acked rather than terminated). On an error the session leaves the cache,
 // so that its stored state is read again.
 func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uint64, d delivery, pubs *[]published) error {
-	p, m := s.p, d.msg
+	p := s.p
 	filters := p.subj.SessionFilters(sess.id) // the subjects the stream holds its inputs under
 	if s.pre.noControl(sess.id, limit) {
 		filters = filters[:1] // nothing on its control subject up to limit (prefetch.go)
 	}
 	r := p.reader(filters)
 	r.pre = &s.pre
-	expect := expected(m, limit, r.filters)
+	checked := false // the leader showed it has applied limit
 	for sess.seq < limit {
 		raw, err := r.next(ctx, b, sess.seq+1)
 		if err != nil {
 			s.drop(sess.id)
 			return err
 		}
-		if raw == nil && expect {
-			// Nothing at all, though the input at hand is stored past
-			// limit on one of the subjects read: a stream leader that has
-			// not applied its log yet answers so. Asked again once the
-			// stream shows the input applied, the answer stands.
-			expect = false
-			if err := p.applied(ctx, b, limit+1); err != nil {
+		if raw == nil && !checked {
+			// Nothing more, short of limit: a stream leader elected a
+			// moment ago answers so before it has applied its log
+			// (messages are applied in order, so a message found past
+			// limit proves it has applied limit; nothing found proves
+			// nothing). Asked again once the stream shows limit applied,
+			// the answer stands.
+			checked = true
+			if err := p.applied(ctx, b, limit); err != nil {
 				s.drop(sess.id)
 				return err
 			}
@@ -88,22 +90,6 @@ func (s *shard) catchUp(ctx context.Context, b *budget, sess *session, limit uin
 		sess.seq = raw.Sequence
 	}
 	return nil
-}
-
-// expected reports whether input m, delivered at stream sequence limit+1,
-// is stored under one of filters: a catch-up's lookups up to limit must then
-// find at least m.
-func expected(m jetstream.Msg, limit uint64, filters []string) bool {
-	if m == nil {
-		return false
-	}
-	md, err := m.Metadata()
-	if err != nil || md.Sequence.Stream != limit+1 {
-		return false
-	}
-	// Deliveries carry the subject the stream stored; filters are
-	// literal stored subjects (events.Subjects.SessionFilters).
-	return slices.Contains(filters, m.Subject())
 }
 
 // applied waits, with b's retries, until the events stream's leader shows

@@ -124,3 +124,73 @@ func TestLeftInputsNotSkippedByTheNextRound(t *testing.T) {
 	require.Equal(t, uint64(5), v.Head)
 	require.Empty(t, v.Gaps(), "turns skipped as applied: the stored state never received them")
 }
+
+// TestHorizonCatchUpDistrustsLaggingLeader: an input delivered after a
+// break (its horizon past it: inputs of its session delivered elsewhere and
+// pending) is followed by a catch-up to the horizon. A stream leader elected
+// a moment ago may answer that lookup with nothing before it has applied
+// its log; believed, the session would count itself caught up, decide its
+// next input without the ones in between, and skip their redeliveries as
+// applied. The lookup answers nothing once here: the stored state must
+// still have every turn.
+func TestHorizonCatchUpDistrustsLaggingLeader(t *testing.T) {
+	e := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := Config{Source: "urn:seamguard:test", Partitions: 1, LeaseTTL: time.Minute}
+	p, err := New(ctx, e.JS, cfg)
+	require.NoError(t, err)
+
+	sc := &workload.Script{ID: "y"}
+	sc.Open("turns", 10, "turns")
+	sc.Turns(5, 1) // offsets 0..4, stream sequences 2..6
+	msgs, err := (&workload.Workload{Items: sc.Items}).Msgs(cfg.Subjects())
+	require.NoError(t, err)
+	for _, m := range msgs {
+		_, err := e.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	cons, err := p.res.Events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "by-hand", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	fetched, err := cons.FetchNoWait(len(msgs))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range fetched.Messages() {
+		got = append(got, m)
+	}
+	require.Len(t, got, len(msgs))
+
+	s := &shard{p: p, sessions: map[string]*session{}}
+	d := func(seq int, horizon uint64) delivery {
+		m := got[seq-1]
+		meta, err := m.Metadata()
+		require.NoError(t, err)
+		return delivery{msg: m, meta: meta, at: time.Now(), part: -1, horizon: horizon}
+	}
+	events := p.subj.SessionFilters("y")[0]
+	lied := false
+	lookupLags = func(filter string) bool {
+		if filter == events && !lied {
+			lied = true
+			return true
+		}
+		return false
+	}
+	defer func() { lookupLags = nil }()
+
+	// Sequences 2..5 were delivered elsewhere: 1 comes with the horizon 5,
+	// then 6.
+	require.NoError(t, s.handle(ctx, []delivery{d(1, 5)}))
+	require.NoError(t, s.handle(ctx, []delivery{d(6, 5)}))
+	require.NoError(t, s.settle())
+	require.True(t, lied, "the lookup answered as a lagging leader")
+
+	entry, err := p.res.Sessions.Get(ctx, "y")
+	require.NoError(t, err)
+	st, err := UnmarshalState(entry.Value())
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), st.Seq)
+	v := st.Ledger.View()
+	require.Equal(t, uint64(5), v.Head)
+	require.Empty(t, v.Gaps(), "turns skipped: a lagging leader's answer was believed")
+}
