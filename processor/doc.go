@@ -253,9 +253,12 @@
 // redelivery, which is then skipped. The catch-up's lookups are answered by
 // the events stream's leader; one elected a moment ago may answer before it
 // has applied its log, and answer that nothing follows the stored sequence
-// although the input at hand is stored there. Such an answer is not
-// trusted: the catch-up waits until the stream's state shows the input
-// applied and asks again. The prefetch sends each session's first lookup
+// although messages up to the catch-up's limit (the input at hand, the
+// horizon, a marker's inputs) are stored there. Such an answer is not
+// trusted: a catch-up that finds nothing more short of its limit waits
+// until the stream's state shows the limit applied and asks again (a
+// message found past the limit proves it already, since a leader applies
+// its log in order). The prefetch sends each session's first lookup
 // as a direct get, which any replica may answer, and takes only an answer
 // holding a message of the session's subject: a replica that holds
 // sequence m has applied all before it, so the first message it finds is
