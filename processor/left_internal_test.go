@@ -71,31 +71,7 @@ func TestLeaveIsKnownToTheNextRound(t *testing.T) {
 // afresh and must catch up past everything A left before it decides the
 // sixth: the stored state has every turn, and no gap.
 func TestLeftInputsNotSkippedByTheNextRound(t *testing.T) {
-	e := embedded.StartTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfg := Config{Source: "urn:seamguard:test", Partitions: 1, LeaseTTL: time.Minute}
-	p, err := New(ctx, e.JS, cfg)
-	require.NoError(t, err)
-
-	sc := &workload.Script{ID: "x"}
-	sc.Open("turns", 10, "turns")
-	sc.Turns(5, 1) // offsets 0..4, stream sequences 2..6
-	msgs, err := (&workload.Workload{Items: sc.Items}).Msgs(cfg.Subjects())
-	require.NoError(t, err)
-	for _, m := range msgs {
-		_, err := e.JS.PublishMsg(ctx, m)
-		require.NoError(t, err)
-	}
-	cons, err := p.res.Events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "by-hand", AckPolicy: jetstream.AckExplicitPolicy})
-	require.NoError(t, err)
-	fetched, err := cons.FetchNoWait(len(msgs))
-	require.NoError(t, err)
-	var got []jetstream.Msg
-	for m := range fetched.Messages() {
-		got = append(got, m)
-	}
-	require.Len(t, got, len(msgs))
+	ctx, p, got := byHand(t, "x")
 
 	const held, gone = 1, 2 // the lease's epoch now, and one that ended
 	l := &leases{parts: []leaseState{{held: true, epoch: held, renewed: time.Now()}}, ttl: time.Hour, now: time.Now, wake: make(chan struct{})}
@@ -115,14 +91,7 @@ func TestLeftInputsNotSkippedByTheNextRound(t *testing.T) {
 	require.NoError(t, s.handle(ctx, []delivery{d(1, held), d(6, held)})) // B
 	require.NoError(t, s.settle())
 
-	entry, err := p.res.Sessions.Get(ctx, "x")
-	require.NoError(t, err)
-	st, err := UnmarshalState(entry.Value())
-	require.NoError(t, err)
-	require.Equal(t, uint64(6), st.Seq)
-	v := st.Ledger.View()
-	require.Equal(t, uint64(5), v.Head)
-	require.Empty(t, v.Gaps(), "turns skipped as applied: the stored state never received them")
+	requireEveryTurn(t, ctx, p, "x", "turns skipped as applied: the stored state never received them")
 }
 
 // TestHorizonCatchUpDistrustsLaggingLeader: an input delivered after a
@@ -134,31 +103,7 @@ func TestLeftInputsNotSkippedByTheNextRound(t *testing.T) {
 // applied. The lookup answers nothing once here: the stored state must
 // still have every turn.
 func TestHorizonCatchUpDistrustsLaggingLeader(t *testing.T) {
-	e := embedded.StartTest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfg := Config{Source: "urn:seamguard:test", Partitions: 1, LeaseTTL: time.Minute}
-	p, err := New(ctx, e.JS, cfg)
-	require.NoError(t, err)
-
-	sc := &workload.Script{ID: "y"}
-	sc.Open("turns", 10, "turns")
-	sc.Turns(5, 1) // offsets 0..4, stream sequences 2..6
-	msgs, err := (&workload.Workload{Items: sc.Items}).Msgs(cfg.Subjects())
-	require.NoError(t, err)
-	for _, m := range msgs {
-		_, err := e.JS.PublishMsg(ctx, m)
-		require.NoError(t, err)
-	}
-	cons, err := p.res.Events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "by-hand", AckPolicy: jetstream.AckExplicitPolicy})
-	require.NoError(t, err)
-	fetched, err := cons.FetchNoWait(len(msgs))
-	require.NoError(t, err)
-	var got []jetstream.Msg
-	for m := range fetched.Messages() {
-		got = append(got, m)
-	}
-	require.Len(t, got, len(msgs))
+	ctx, p, got := byHand(t, "y")
 
 	s := &shard{p: p, sessions: map[string]*session{}}
 	d := func(seq int, horizon uint64) delivery {
@@ -185,12 +130,53 @@ func TestHorizonCatchUpDistrustsLaggingLeader(t *testing.T) {
 	require.NoError(t, s.settle())
 	require.True(t, lied, "the lookup answered as a lagging leader")
 
-	entry, err := p.res.Sessions.Get(ctx, "y")
+	requireEveryTurn(t, ctx, p, "y", "turns skipped: a lagging leader's answer was believed")
+}
+
+// byHand starts a server and a processor that is not run (its shards are
+// driven by hand), publishes session id's opening and five turns (stream
+// sequences 1 to 6) and returns them as one fetch delivered them.
+func byHand(t *testing.T, id string) (context.Context, *Processor, []jetstream.Msg) {
+	t.Helper()
+	e := embedded.StartTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	cfg := Config{Source: "urn:seamguard:test", Partitions: 1, LeaseTTL: time.Minute}
+	p, err := New(ctx, e.JS, cfg)
+	require.NoError(t, err)
+
+	sc := &workload.Script{ID: id}
+	sc.Open("turns", 10, "turns")
+	sc.Turns(5, 1) // offsets 0..4, stream sequences 2..6
+	msgs, err := (&workload.Workload{Items: sc.Items}).Msgs(cfg.Subjects())
+	require.NoError(t, err)
+	for _, m := range msgs {
+		_, err := e.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	cons, err := p.res.Events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "by-hand", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	fetched, err := cons.FetchNoWait(len(msgs))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range fetched.Messages() {
+		got = append(got, m)
+	}
+	require.Len(t, got, len(msgs))
+	return ctx, p, got
+}
+
+// requireEveryTurn fails unless session id's stored state has applied
+// stream sequence 6 and received all five turns, with no gap (why says
+// what a gap means).
+func requireEveryTurn(t *testing.T, ctx context.Context, p *Processor, id, why string) {
+	t.Helper()
+	entry, err := p.res.Sessions.Get(ctx, id)
 	require.NoError(t, err)
 	st, err := UnmarshalState(entry.Value())
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), st.Seq)
 	v := st.Ledger.View()
 	require.Equal(t, uint64(5), v.Head)
-	require.Empty(t, v.Gaps(), "turns skipped: a lagging leader's answer was believed")
+	require.Empty(t, v.Gaps(), why)
 }
