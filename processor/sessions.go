@@ -124,13 +124,33 @@ func (s *shard) load(ctx context.Context, b *budget, id string, horizon, epoch u
 // now, or soon, and decide from a state this one has not seen; the
 // delivery is left, unacknowledged, to it.
 func (s *shard) current(d delivery, id string) bool {
-	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
+	if !s.leaseEnded(d) {
 		return true
 	}
-	s.p.count.expired.Add(1)
 	s.p.log.Info("the partition's lease ended before this input was decided; leaving it to the partition's next holder",
 		"session", id, "partition", d.part, "seq", d.seq())
 	return false
+}
+
+// leaseHeld is errFenced when the lease delivery d was fetched under has
+// ended (see leaseEnded) before an effect of session id was used; when is
+// what was under way.
+func (s *shard) leaseHeld(d delivery, id string, when string) error {
+	if !s.leaseEnded(d) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: the lease of partition %d ended %s", errFenced, id, d.part, when)
+}
+
+// leaseEnded reports, and counts, whether the lease delivery d was fetched
+// under is no longer this instance's, or about to end (leases.current).
+// Deliveries of the consumer that needs no lease never end.
+func (s *shard) leaseEnded(d delivery) bool {
+	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
+		return false
+	}
+	s.p.count.expired.Add(1)
+	return true
 }
 
 // read reads a session's stored state into the cache.

@@ -210,17 +210,6 @@ func (p *Processor) writeSpill(ctx context.Context, req ledger.SpillRequest) (ev
 	return p.store.Write(ctx, req)
 }
 
-// leaseHeld is errFenced when the lease delivery d was fetched under is
-// no longer this instance's, or about to end (see leases.current); when is
-// what was under way.
-func (s *shard) leaseHeld(d delivery, id string, when string) error {
-	if d.part < 0 || s.lease == nil || s.lease.current(d.part, d.epoch) {
-		return nil
-	}
-	s.p.count.expired.Add(1)
-	return fmt.Errorf("%w: %s: the lease of partition %d ended %s", errFenced, id, d.part, when)
-}
-
 // owned checks that the session's stored state is still the one this
 // instance read (or stored): errFenced if another instance stored since, an
 // error if the bucket cannot tell now.
