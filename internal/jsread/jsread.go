@@ -639,10 +639,12 @@ func (r *Reader) Follow(ctx context.Context, from uint64, filter string, poll ti
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
+		woke := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
+			woke = true
 		case <-t.C:
 		}
 		str, err := r.JS.Stream(ctx, r.Stream)
@@ -653,7 +655,8 @@ func (r *Reader) Follow(ctx context.Context, from uint64, filter string, poll ti
 			return fmt.Errorf("jsread: stream %s: %w", r.Stream, err)
 		}
 		last := str.CachedInfo().State.LastSeq
-		if last >= next {
+		found := last >= next
+		if found {
 			err := r.Read(ctx, next, last, filters, func(m *Msg) error {
 				next = m.Seq + 1
 				return fn(m)
@@ -666,9 +669,19 @@ func (r *Reader) Follow(ctx context.Context, from uint64, filter string, poll ti
 			}
 			next = last + 1
 		}
+		if woke && !found {
+			// The wake-up (the message as published) can come before the
+			// stream has stored it: look again shortly, not a poll later.
+			t.Reset(min(poll, wakeRecheck))
+			continue
+		}
 		t.Reset(poll)
 	}
 }
+
+// wakeRecheck is how soon Follow looks again after a wake-up that found
+// nothing new.
+const wakeRecheck = 50 * time.Millisecond
 
 // LeaderGet reads one message of stream with STREAM.MSG.GET, which only
 // the stream's leader answers: the message at seq (or, with lastBy, the
