@@ -309,6 +309,17 @@ func ratio(a, b float64) float64 {
 
 func met(ok bool) *bool { return &ok }
 
+// cpuMetric describes the ingest measurement's CPU row: CPU per event of
+// the processor and of the raw consumer, split between the bench process
+// and the server when the server runs in a process of its own.
+func cpuMetric(sg, raw CPUPerEvent, rounds int) string {
+	if sg.ServerMicros == 0 && raw.ServerMicros == 0 {
+		return fmt.Sprintf("CPU per event, server and client together, median of %d (%.2f vs %.2f cores busy)", rounds, sg.CoresBusy, raw.CoresBusy)
+	}
+	return fmt.Sprintf("CPU per event, median of %d: processor %.1f + server %.1f µs (%.2f cores busy) vs raw consumer %.1f + server %.1f µs (%.2f cores busy)",
+		rounds, sg.ProcessMicros, sg.ServerMicros, sg.CoresBusy, raw.ProcessMicros, raw.ServerMicros, raw.CoresBusy)
+}
+
 // rows builds the table from the results.
 func (r *Report) rows() {
 	add := func(key string, row Row) {
@@ -342,6 +353,11 @@ func (r *Report) rows() {
 			Item: "1 ingest", Metric: fmt.Sprintf("  atomic batches (the default) vs per-message writes: what batching buys (%d batches, %.1f writes each, %d fell back)", in.AtomicBatches, ratio(float64(in.BatchedWrites), float64(in.AtomicBatches)), in.BatchFallbacks),
 			Seamguard: fmt.Sprintf("%.0f", in.SeamguardPerSec), Raw: fmt.Sprintf("%.0f (per-message)", in.PerMessagePerSec),
 			Ratio: in.AtomicOverPerMessage, Target: "(report)",
+		})
+		add("", Row{
+			Item: "1 ingest", Metric: "  " + cpuMetric(in.SeamguardCPU, in.RawCPU, in.Rounds),
+			Seamguard: fmt.Sprintf("%.1f µs", in.SeamguardCPU.TotalMicros), Raw: fmt.Sprintf("%.1f µs", in.RawCPU.TotalMicros),
+			Ratio: ratio(in.SeamguardCPU.TotalMicros, in.RawCPU.TotalMicros), Target: "(report)",
 		})
 	}
 	if h := r.HTTP; h != nil {

@@ -20,7 +20,9 @@ func TestValidateSessionSizes(t *testing.T) {
 func TestRows(t *testing.T) {
 	r := &Report{Targets: map[string]*bool{},
 		Ingest: []IngestResult{{BodyBytes: 1 << 10, Rounds: 1, RawPerSec: 100, SeamguardPerSec: 80, Ratio: 0.8,
-			RawPublishPerSec: 40, PublishRatio: 2, PerMessagePerSec: 60, PerMessageRatio: 0.6, AtomicOverPerMessage: 80.0 / 60}},
+			RawPublishPerSec: 40, PublishRatio: 2, PerMessagePerSec: 60, PerMessageRatio: 0.6, AtomicOverPerMessage: 80.0 / 60,
+			SeamguardCPU: CPUPerEvent{ProcessMicros: 20, ServerMicros: 18, TotalMicros: 38, CoresBusy: 1.4},
+			RawCPU:       CPUPerEvent{ProcessMicros: 3, ServerMicros: 16, TotalMicros: 19, CoresBusy: 1.7}}},
 		Sessions: &SessionsResult{Sync: "always", LazySync: "2m0s",
 			Sizes: []SessionsSize{
 				{Sessions: 100, Events: 50, SeamguardPerSec: 10, CASPerSec: 5, CASRatio: 2, PerMessagePerSec: 8},
@@ -40,7 +42,7 @@ func TestRows(t *testing.T) {
 	if err := r.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"(a read rate)", "(a write rate", "per-message writes", "what batching buys", "(lazy)", "recovery after SIGKILL", "15.5s"} {
+	for _, want := range []string{"(a read rate)", "(a write rate", "per-message writes", "what batching buys", "(lazy)", "recovery after SIGKILL", "15.5s", "processor 20.0 + server 18.0 µs (1.40 cores busy) vs raw consumer 3.0 + server 16.0 µs"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -71,5 +73,21 @@ func TestRows(t *testing.T) {
 	}
 	if len(skipped) != 2 {
 		t.Errorf("rows saying skipped: %q; want the lazy run's and the recovery's", skipped)
+	}
+}
+
+func TestCPUPerEvent(t *testing.T) {
+	rs := []Round{
+		{Usage: Usage{Wall: 2, ClientCPU: 2, ServerCPU: 1}},
+		{Usage: Usage{Wall: 1, ClientCPU: 1, ServerCPU: 1}},
+		{Usage: Usage{Wall: 4, ClientCPU: 3, ServerCPU: 3}},
+	}
+	got := cpuPerEvent(rs, 100_000)
+	want := CPUPerEvent{ProcessMicros: 20, ServerMicros: 10, TotalMicros: 30, CoresBusy: 1.5}
+	if got != want {
+		t.Fatalf("cpuPerEvent = %+v, want %+v", got, want)
+	}
+	if z := cpuPerEvent(rs, 0); z != (CPUPerEvent{}) {
+		t.Fatalf("no events: %+v, want zero", z)
 	}
 }

@@ -78,6 +78,43 @@ type IngestResult struct {
 	AtomicBatches  uint64 `json:"atomic_batches"`
 	BatchedWrites  uint64 `json:"batched_writes"`
 	BatchFallbacks uint64 `json:"batch_fallbacks"`
+	// The CPU each side spends per event: what bounds the ratio when
+	// neither side waits on the disk.
+	SeamguardCPU CPUPerEvent `json:"seamguard_cpu"`
+	RawCPU       CPUPerEvent `json:"raw_cpu"`
+}
+
+// CPUPerEvent is the CPU one side of a comparison spent per event, each
+// figure the median over its rounds. Process is the bench process's (the
+// processor, or the raw consumer, and the clients), Server the server's;
+// with the server in the bench process (--in-process, or a server at
+// --nats-url, whose CPU is not measured) all of it is in Process.
+type CPUPerEvent struct {
+	ProcessMicros float64 `json:"process_us"`
+	ServerMicros  float64 `json:"server_us"`
+	TotalMicros   float64 `json:"total_us"`
+	// CoresBusy is CPU seconds per second of the round: how much of the
+	// machine the side kept busy.
+	CoresBusy float64 `json:"cores_busy"`
+}
+
+// cpuPerEvent is the median CPU per event of rounds that each handled
+// events events.
+func cpuPerEvent(rs []Round, events int) CPUPerEvent {
+	if events <= 0 || len(rs) == 0 {
+		return CPUPerEvent{}
+	}
+	var proc, srv, total, busy []float64
+	for _, r := range rs {
+		u := r.Usage
+		proc = append(proc, 1e6*u.ClientCPU/float64(events))
+		srv = append(srv, 1e6*u.ServerCPU/float64(events))
+		total = append(total, 1e6*(u.ClientCPU+u.ServerCPU)/float64(events))
+		if u.Wall > 0 {
+			busy = append(busy, (u.ClientCPU+u.ServerCPU)/u.Wall)
+		}
+	}
+	return CPUPerEvent{ProcessMicros: medianOf(proc), ServerMicros: medianOf(srv), TotalMicros: medianOf(total), CoresBusy: medianOf(busy)}
 }
 
 // Round is one measurement of one side of the ingest comparison.
@@ -268,6 +305,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 	res.PublishRatio = ratio(res.SeamguardPerSec, res.RawPublishPerSec)
 	res.PerMessageRatio = ratio(res.PerMessagePerSec, res.RawPerSec)
 	res.AtomicOverPerMessage = ratio(res.SeamguardPerSec, res.PerMessagePerSec)
+	res.SeamguardCPU, res.RawCPU = cpuPerEvent(res.SeamguardRounds, res.Events), cpuPerEvent(res.RawRounds, res.Events)
 	return res, nil
 }
 
