@@ -210,19 +210,31 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 
 	maxAck := processor.DefaultShards * processor.DefaultQueueDepth
 	for r := range rounds {
-		// timed runs one reader, metered, and adds its round to out.
-		timed := func(what string, out *[]Round, n int, run func(first *time.Duration) (time.Duration, error)) error {
+		// timed runs one reader, metered, and adds its round to out. The
+		// meter stops when the reader's timing ends (a processor's
+		// shutdown is not timed, and so not metered either).
+		timed := func(what string, out *[]Round, n int, run func(first *time.Duration, end func()) (time.Duration, error)) error {
 			progress("ingest %d KiB, round %d of %d: %s", body>>10, r+1, rounds, what)
 			m := s.meter()
-			var first time.Duration
-			d, err := run(&first)
+			var (
+				first time.Duration
+				u     *Usage
+			)
+			end := func() {
+				if u == nil {
+					got := m.stop()
+					u = &got
+				}
+			}
+			d, err := run(&first, end)
 			if err != nil {
 				return err
 			}
-			*out = append(*out, Round{PerSec: float64(n) / d.Seconds(), FirstMs: float64(first.Microseconds()) / 1000, Usage: m.stop()})
+			end()
+			*out = append(*out, Round{PerSec: float64(n) / d.Seconds(), FirstMs: float64(first.Microseconds()) / 1000, Usage: *u})
 			return nil
 		}
-		if err := timed("raw pull consumer", &res.RawRounds, n, func(first *time.Duration) (time.Duration, error) {
+		if err := timed("raw pull consumer", &res.RawRounds, n, func(first *time.Duration, _ func()) (time.Duration, error) {
 			return consumeRaw(ctx, s.js, rawStream, fmt.Sprintf("raw-%d", r), n, maxAck, first)
 		}); err != nil {
 			return res, err
@@ -234,7 +246,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 		if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: pubStream, Subjects: []string{pubSubj + ".>"}, Storage: jetstream.FileStorage}); err != nil {
 			return res, err
 		}
-		if err := timed("raw durable publish (pipelined)", &res.RawPublishRounds, len(pub), func(*time.Duration) (time.Duration, error) {
+		if err := timed("raw durable publish (pipelined)", &res.RawPublishRounds, len(pub), func(*time.Duration, func()) (time.Duration, error) {
 			start := time.Now()
 			_, err := publishAll(ctx, s.js, pub, 4096)
 			return time.Since(start), err
@@ -244,7 +256,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 
 		lcfg := cfg
 		lcfg.Durable = fmt.Sprintf("layout%d", r)
-		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, n, func(first *time.Duration) (time.Duration, error) {
+		if err := timed("the processor's consumer layout, no processing", &res.LayoutRounds, n, func(first *time.Duration, _ func()) (time.Duration, error) {
 			return consumeLayout(ctx, s.js, lcfg, n, false, first)
 		}); err != nil {
 			return res, err
@@ -273,7 +285,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 			if err != nil {
 				return res, err
 			}
-			if err := timed(what, out, n, func(first *time.Duration) (time.Duration, error) {
+			if err := timed(what, out, n, func(first *time.Duration, end func()) (time.Duration, error) {
 				if cpuProfile != "" && !perMessage && r == rounds-1 {
 					stop, err := startCPUProfile(cpuProfile)
 					if err != nil {
@@ -281,7 +293,7 @@ func runIngest(ctx context.Context, s *server, tag string, body, n, sessions, ro
 					}
 					defer stop()
 				}
-				return process(ctx, s.js, p, uint64(n), nil, first)
+				return process(ctx, s.js, p, uint64(n), end, first)
 			}); err != nil {
 				return res, err
 			}
