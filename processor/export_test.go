@@ -51,6 +51,14 @@ func SpillsFail(f func() error, failFor time.Duration) (restore func()) {
 	return func() { spillFails, spillFailFor = nil, old }
 }
 
+// FirstRoundTakes has the first round of a shard wait until it holds n
+// inputs, so that a test can put inputs in one round. It returns the
+// function that puts things back.
+func FirstRoundTakes(n int) (restore func()) {
+	firstRoundTakes.Store(int32(n))
+	return func() { firstRoundTakes.Store(0) }
+}
+
 // AckWindows describes each of p's ack windows (by consumer name) that
 // holds inputs.
 func (p *Processor) AckWindows() map[string]string {

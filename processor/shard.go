@@ -3,6 +3,7 @@ package processor
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -207,8 +208,23 @@ func (s *shard) run(ctx context.Context) error {
 				}
 				batch = append(batch, m)
 			default:
-				break fill
+				if len(batch) >= int(firstRoundTakes.Load()) {
+					break fill
+				}
+				// A test's first round waits for the inputs it must hold.
+				select {
+				case m, ok := <-s.q:
+					if !ok {
+						break fill
+					}
+					batch = append(batch, m)
+				case <-ctx.Done():
+					break fill
+				}
 			}
+		}
+		if n := firstRoundTakes.Load(); n > 0 && len(batch) >= int(n) {
+			firstRoundTakes.Store(0)
 		}
 		if err := s.handle(ctx, batch); err != nil {
 			return err
@@ -224,6 +240,10 @@ func (s *shard) run(ctx context.Context) error {
 		}
 	}
 }
+
+// firstRoundTakes, when above 0, is the number of inputs a shard's first
+// round waits to hold (a test's; see FirstRoundTakes).
+var firstRoundTakes atomic.Int32
 
 // next returns the next delivery, not ok once the queue is closed. With
 // nothing queued it settles the pending round before it waits; it sweeps

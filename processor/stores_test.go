@@ -253,7 +253,9 @@ func TestSpillNotPublishedAfterItsLease(t *testing.T) {
 	}, 100*time.Millisecond)()
 	_, err := processor.Provision(e.ctx, e.JS, cfg)
 	require.NoError(t, err)
-	e.publishAll(t, append(scriptMsgs(t, cfg.Subjects(), needsSpill("first")), scriptMsgs(t, cfg.Subjects(), needsSpill("second"))...))
+	msgs := append(scriptMsgs(t, cfg.Subjects(), needsSpill("first")), scriptMsgs(t, cfg.Subjects(), needsSpill("second"))...)
+	defer processor.FirstRoundTakes(len(msgs))()
+	e.publishAll(t, msgs)
 	e.start(t, cfg)
 
 	for _, id := range []string{"first", "second"} {
