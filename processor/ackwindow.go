@@ -197,11 +197,22 @@ func (w *ackWindow) compact() {
 }
 
 // blocked reports whether the window holds an input that holds back the
-// acks of those after it: its first one is unfinished.
+// acks of those after it: an unfinished one before any finished input
+// delivered here. Finished placeholders ahead of it release nothing on
+// their own (there is no delivery of theirs to acknowledge), so they do
+// not unblock it.
 func (w *ackWindow) blocked() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.head < len(w.q) && !w.q[w.head].done
+	for _, p := range w.q[w.head:] {
+		switch {
+		case !p.done:
+			return true
+		case p.msg != nil:
+			return false
+		}
+	}
+	return false
 }
 
 // pending is the number of inputs in the window (tests, stats).

@@ -236,6 +236,40 @@ func TestAckWindowWaits(t *testing.T) {
 	}
 }
 
+// TestAckWindowBlockedBehindPlaceholders: finished placeholders ahead of
+// an unfinished one leave the window blocked (a delivery after them cannot
+// be acknowledged), so that the fetcher reads the consumer's ack floor and
+// prunes what another instance acknowledged meanwhile.
+func TestAckWindowBlockedBehindPlaceholders(t *testing.T) {
+	w := &ackWindow{}
+	for _, s := range []uint64{3170, 3181, 3199} {
+		w.hold(s)
+	}
+	w.finish(3170, nil, "")
+	w.finish(3181, nil, "")
+	m := &windowMsg{seq: 4000}
+	w.add(4000, m)
+	w.finish(4000, m, "")
+	if acts := w.release(); len(acts) != 0 {
+		t.Fatalf("released %+v while 3199 is open", acts)
+	}
+	if !w.blocked() {
+		t.Fatal("not blocked: 3199 is open ahead of 4000, behind finished placeholders")
+	}
+	w.prune(3988) // another instance acknowledged up to 3988
+	if w.blocked() {
+		t.Fatal("blocked after the prune")
+	}
+	if acts := w.release(); len(acts) != 1 || acts[0].msg != m {
+		t.Fatalf("release = %+v, want the ack of 4000", acts)
+	}
+	w.hold(5000)
+	w.finish(5000, nil, "")
+	if w.blocked() {
+		t.Fatal("blocked by a finished placeholder alone")
+	}
+}
+
 // TestAckWindowDescribe: what a stalled test prints of a window names its
 // first inputs and which of them are placeholders and finished.
 func TestAckWindowDescribe(t *testing.T) {
