@@ -42,7 +42,7 @@ const (
 type attrSpec struct {
 	kind   attrKind
 	name   string // its name in structured mode and in messages
-	header string // its binary-mode header, as nats.go canonicalizes it
+	header string // its binary-mode header, as Go's HTTP and MIME packages canonicalize it
 	rule   attrRule
 	// hint says what a required attribute should be set to; for an
 	// optional one, what its value must be when it is not a string.
@@ -105,9 +105,19 @@ func attrFolded(name string) (attrKind, bool) {
 }
 
 // attrByHeader returns the core attribute whose header is k, spelled as
-// nats.go canonicalizes header names, as nearly every header arrives.
+// nearly every header arrives: "ce-" and the name in lower case, as the
+// CloudEvents SDKs write them (nats.go keeps a header name's case), or as
+// Go's HTTP and MIME packages canonicalize it ("Ce-Id"). Any other
+// spelling is matched by addOther.
 func attrByHeader(k string) (attrKind, bool) {
-	if n := len(k) - len("Ce-"); n > 0 && n < len(attrsByLen) {
+	n := len(k) - len("ce-")
+	if n <= 0 || n >= len(attrsByLen) || k[1] != 'e' || k[2] != '-' {
+		return 0, false
+	}
+	switch k[0] {
+	case 'c':
+		return attrNamed(k[3:])
+	case 'C':
 		for _, kind := range attrsByLen[n] {
 			if attrTable[kind].header == k {
 				return kind, true

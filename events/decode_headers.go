@@ -59,7 +59,7 @@ func (hd *headers) add(k string, vs []string) *Error {
 		return hd.addCore(k, kind, vs)
 	}
 	switch {
-	case k == "Content-Type": // as nats.go canonicalizes it
+	case k == "Content-Type": // as the SDKs and Go's HTTP package spell it
 		return hd.addContentType(vs)
 	case k == "" || k[0]|0x20 != 'c':
 		// Neither a ce- header nor Content-Type, in any case: no rune

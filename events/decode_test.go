@@ -635,3 +635,30 @@ func TestDecodeCarriedPins(t *testing.T) {
 		checkDecodeJSON(t, s.structured(t))
 	}
 }
+
+// TestAttrByHeader holds the header fast path to the matching of any
+// spelling (addOther): it knows the spellings publishers use, and never
+// names an attribute the folded match would not.
+func TestAttrByHeader(t *testing.T) {
+	for k := range attrTable {
+		a := &attrTable[k]
+		for _, h := range []string{"ce-" + a.name, a.header} {
+			got, ok := attrByHeader(h)
+			require.True(t, ok, h)
+			require.Equal(t, a.kind, got, h)
+		}
+	}
+	names := []string{"", "c", "ce", "ce-", "Ce-", "ce-x", "ce-ID", "CE-id", "cE-id", "Ce-id", "ce-Id", "ce_id", "ce-idd",
+		"Ce-Datacontenttype", "ce-datacontenttype", "Ce-DataContentType", "ce-specversion", "Ce-SpecVersion", "Content-Type", "Nats-Msg-Id",
+		"ce-time", "ce-tim", "ce-timex", "Ce-Time", "ce-subject", "Ce-Subject", "ce-partitionkey"}
+	for _, h := range names {
+		got, ok := attrByHeader(h)
+		if !ok {
+			continue
+		}
+		require.True(t, len(h) > 3 && asciiEqualFold(h[:3], "ce-"), h)
+		want, wok := attrFolded(h[3:])
+		require.True(t, wok, h)
+		require.Equal(t, want, got, h)
+	}
+}

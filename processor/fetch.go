@@ -255,7 +255,7 @@ func (f *fetcher) dispatch(msg jetstream.Msg) {
 		}
 		f.lastDelivery = meta.Sequence.Consumer
 	}
-	d := delivery{msg: msg, meta: meta, metaErr: merr, horizon: f.horizon, at: time.Now(), part: f.part, epoch: f.epoch}
+	d := delivery{msg: msg, meta: meta, metaErr: merr, sid: p.sessionOf(msg.Subject()), horizon: f.horizon, at: time.Now(), part: f.part, epoch: f.epoch}
 	switch {
 	case merr == nil && p.foreign(msg.Subject(), f.part):
 		// Another partition's session's resume: its own consumer decides
@@ -436,9 +436,12 @@ type delivery struct {
 	mark        []uint64
 	markSubject string
 	meta        *jetstream.MsgMetadata // parsed once, on receipt
-	metaErr     error
-	horizon     uint64
-	at          time.Time // when it was received, for the decision latency
+	// sid is the session the input's subject names, "" when it names
+	// none: read once, on receipt (see sessionOf).
+	sid     string
+	metaErr error
+	horizon uint64
+	at      time.Time // when it was received, for the decision latency
 	// part is the partition whose consumer delivered it (-1: the consumer
 	// of subjects that name no session), and epoch the epoch of the lease
 	// under which it was fetched.
@@ -460,6 +463,16 @@ func (d delivery) seq() uint64 {
 // route is the subject that picks the shard of an input on subject: its
 // session's stored events subject for a control input too, so that a
 // session's inputs all meet in one shard, in stream order.
+// sessionOf returns the session an input's subject names, "" when it
+// names none.
+func (p *Processor) sessionOf(subject string) string {
+	sid, err := p.subj.SessionOf(subject)
+	if err != nil {
+		return ""
+	}
+	return sid
+}
+
 func (p *Processor) route(subject string) string {
 	return p.subj.Route(subject)
 }

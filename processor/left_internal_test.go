@@ -81,7 +81,7 @@ func TestLeftInputsNotSkippedByTheNextRound(t *testing.T) {
 		meta, err := m.Metadata()
 		require.NoError(t, err)
 		require.Equal(t, uint64(seq), meta.Sequence.Stream)
-		return delivery{msg: m, meta: meta, at: time.Now(), part: 0, epoch: epoch}
+		return delivery{msg: m, meta: meta, sid: p.sessionOf(m.Subject()), at: time.Now(), part: 0, epoch: epoch}
 	}
 
 	require.NoError(t, s.handle(ctx, []delivery{d(1, gone), d(2, gone)})) // Z
@@ -110,7 +110,7 @@ func TestHorizonCatchUpDistrustsLaggingLeader(t *testing.T) {
 		m := got[seq-1]
 		meta, err := m.Metadata()
 		require.NoError(t, err)
-		return delivery{msg: m, meta: meta, at: time.Now(), part: -1, horizon: horizon}
+		return delivery{msg: m, meta: meta, sid: p.sessionOf(m.Subject()), at: time.Now(), part: -1, horizon: horizon}
 	}
 	events := p.subj.SessionFilters("y")[0]
 	lied := false

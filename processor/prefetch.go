@@ -204,8 +204,8 @@ func (s *shard) prefetchTasks(batch []delivery) []prefetchTask {
 		if d.mark != nil || d.meta == nil {
 			continue
 		}
-		id, err := s.p.subj.SessionOf(d.msg.Subject())
-		if err != nil {
+		id := d.sid
+		if id == "" {
 			continue
 		}
 		if i, ok := index[id]; ok {

@@ -327,9 +327,10 @@ func (r *round) input(d delivery) error {
 	seq := d.meta.Sequence.Stream
 	first := len(r.pubs) // outputs from here on were decided on d
 	var sess *session
-	if sid, err := p.subj.SessionOf(m.Subject()); err == nil {
+	if d.sid != "" {
 		var done bool
-		sess, done, err = r.ready(d, sid, seq)
+		var err error
+		sess, done, err = r.ready(d, d.sid, seq)
 		if err != nil || done {
 			return err
 		}

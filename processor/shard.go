@@ -96,11 +96,11 @@ func (s *shard) forgetLeft(fenced map[string]bool, acks []ack) {
 func (s *shard) lastSeqs(batch []delivery) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, d := range batch {
-		subject := d.markSubject
-		if d.msg != nil {
-			subject = d.msg.Subject()
+		sid := d.sid
+		if d.msg == nil {
+			sid = s.p.sessionOf(d.markSubject)
 		}
-		if sid, err := s.p.subj.SessionOf(subject); err == nil {
+		if sid != "" {
 			out[sid] = max(out[sid], d.seq())
 		}
 	}
