@@ -460,9 +460,6 @@ func (d delivery) seq() uint64 {
 	return 0
 }
 
-// route is the subject that picks the shard of an input on subject: its
-// session's stored events subject for a control input too, so that a
-// session's inputs all meet in one shard, in stream order.
 // sessionOf returns the session an input's subject names, "" when it
 // names none.
 func (p *Processor) sessionOf(subject string) string {
@@ -473,6 +470,9 @@ func (p *Processor) sessionOf(subject string) string {
 	return sid
 }
 
+// route is the subject that picks the shard of an input on subject: its
+// session's stored events subject for a control input too, so that a
+// session's inputs all meet in one shard, in stream order.
 func (p *Processor) route(subject string) string {
 	return p.subj.Route(subject)
 }
