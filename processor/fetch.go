@@ -421,7 +421,7 @@ func (p *Processor) adopt(ctx context.Context, cons jetstream.Consumer, part int
 	now := time.Now()
 	marks := make([]delivery, 0, len(order))
 	for _, subj := range order {
-		marks = append(marks, delivery{win: win, mark: bySubject[subj], markSubject: subj, horizon: upto, at: now})
+		marks = append(marks, delivery{win: win, mark: bySubject[subj], markSubject: subj, sid: p.sessionOf(subj), horizon: upto, at: now})
 	}
 	return marks
 }
@@ -436,8 +436,8 @@ type delivery struct {
 	mark        []uint64
 	markSubject string
 	meta        *jetstream.MsgMetadata // parsed once, on receipt
-	// sid is the session the input's subject names, "" when it names
-	// none: read once, on receipt (see sessionOf).
+	// sid is the session the input's (or the marker's) subject names, ""
+	// when it names none: read once, on receipt (see sessionOf).
 	sid     string
 	metaErr error
 	horizon uint64

@@ -32,10 +32,12 @@ func TestLeaveIsKnownToTheNextRound(t *testing.T) {
 		{markSubject: subject("b"), mark: []uint64{20}},
 		{markSubject: subject("a"), mark: []uint64{17}},
 	}
-	for _, d := range batch {
-		if _, err := p.subj.SessionOf(d.markSubject); err != nil {
+	for i, d := range batch {
+		sid, err := p.subj.SessionOf(d.markSubject)
+		if err != nil {
 			t.Fatalf("test subject %s: %v", d.markSubject, err)
 		}
+		batch[i].sid = sid // as adopt sets it
 	}
 	r := &round{s: s, p: p, batch: batch}
 	s.put(&session{id: "a"})

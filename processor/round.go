@@ -269,8 +269,8 @@ func (r *round) touch(sess *session) {
 // batch. A subject that names no valid session is left for its
 // redelivery; a parked session's are acknowledged into its record.
 func (r *round) marker(d delivery) error {
-	sid, err := r.p.subj.SessionOf(d.markSubject)
-	if err != nil {
+	sid := d.sid
+	if sid == "" {
 		return nil
 	}
 	switch {

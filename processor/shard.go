@@ -96,12 +96,8 @@ func (s *shard) forgetLeft(fenced map[string]bool, acks []ack) {
 func (s *shard) lastSeqs(batch []delivery) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, d := range batch {
-		sid := d.sid
-		if d.msg == nil {
-			sid = s.p.sessionOf(d.markSubject)
-		}
-		if sid != "" {
-			out[sid] = max(out[sid], d.seq())
+		if d.sid != "" {
+			out[d.sid] = max(out[d.sid], d.seq())
 		}
 	}
 	return out
@@ -198,34 +194,7 @@ func (s *shard) run(ctx context.Context) error {
 		if !ok {
 			return s.settle()
 		}
-		batch := append(bufs[s.rounds%2][:0], m)
-	fill:
-		for len(batch) < cap(batch) {
-			select {
-			case m, ok := <-s.q:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, m)
-			default:
-				if len(batch) >= int(firstRoundTakes.Load()) {
-					break fill
-				}
-				// A test's first round waits for the inputs it must hold.
-				select {
-				case m, ok := <-s.q:
-					if !ok {
-						break fill
-					}
-					batch = append(batch, m)
-				case <-ctx.Done():
-					break fill
-				}
-			}
-		}
-		if n := firstRoundTakes.Load(); n > 0 && len(batch) >= int(n) {
-			firstRoundTakes.Store(0)
-		}
+		batch := s.take(ctx, append(bufs[s.rounds%2][:0], m))
 		if err := s.handle(ctx, batch); err != nil {
 			return err
 		}
@@ -239,6 +208,35 @@ func (s *shard) run(ctx context.Context) error {
 			s.sweep()
 		}
 	}
+}
+
+// take adds to batch what is queued, up to its capacity, without waiting
+// (but for a test's first round, see FirstRoundTakes).
+func (s *shard) take(ctx context.Context, batch []delivery) []delivery {
+	for len(batch) < cap(batch) {
+		var m delivery
+		var ok bool
+		select {
+		case m, ok = <-s.q:
+		default:
+			if len(batch) >= int(firstRoundTakes.Load()) {
+				return batch
+			}
+			// A test's first round waits for the inputs it must hold.
+			select {
+			case m, ok = <-s.q:
+			case <-ctx.Done():
+			}
+		}
+		if !ok {
+			break
+		}
+		batch = append(batch, m)
+	}
+	if n := firstRoundTakes.Load(); n > 0 && len(batch) >= int(n) {
+		firstRoundTakes.Store(0)
+	}
+	return batch
 }
 
 // firstRoundTakes, when above 0, is the number of inputs a shard's first
