@@ -215,7 +215,11 @@ func TestReadStatesAnswersAsKVGet(t *testing.T) {
 	require.NoError(t, err)
 	delete(want, "s0002")
 
-	got, err := p.readStates(ctx, p.js.Conn(), ids)
+	parts := make([]int, len(ids))
+	for i := range parts {
+		parts[i] = -1
+	}
+	got, err := p.readStates(ctx, p.js.Conn(), ids, parts)
 	require.NoError(t, err)
 	for _, id := range ids {
 		g, ok := got[id]

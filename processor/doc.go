@@ -127,6 +127,9 @@
 //     compare-and-swap;
 //   - catchup.go: applying from the stream what was delivered elsewhere or
 //     left, or what a state just read is behind;
+//   - floor.go: the partitions' floors, stored in the bucket with the
+//     states, which show most states read fresh caught up, so that their
+//     catch-up's lookups are not made;
 //   - step.go: one decision (package ledger's Step) and the spill it asks
 //     for (package spill);
 //   - publish.go: publishing verdicts and confirming their acks;
@@ -283,6 +286,20 @@
 // owner. Because a decision depends only on the session's inputs in stream
 // order, whatever either instance published is what the other publishes,
 // under the same ids.
+//
+// A session read fresh is caught up this way unless its partition's floor
+// shows there is nothing to catch up (floor.go): a key of the session
+// bucket, floor.<partitions>.<partition>, that the states' writer stores
+// in its atomic batches, saying up to which input of the partition every
+// input is finished and in the states stored before it. Read in the same
+// request as the states, with the sessions' park records, it spares a
+// fleet's batch one lookup in the events stream per session: at a million
+// live sessions, where nearly every input is a session read fresh, the
+// processor decided 10,300 to 10,700 events a second with floors against
+// 7,500 to 7,900 without, on the same machine (docs/performance.md). A
+// floor is taken only as far as this instance's unbroken delivery reaches
+// back, only for states a processor stored and no park record followed,
+// and not at all once the bucket's log is seen going back.
 //
 // # Recovering spills: the recover service
 //

@@ -103,3 +103,11 @@ func (w *ackWindow) describe() string {
 	}
 	return b.String()
 }
+
+// FloorsOnEveryGroup has every group of states carry the partitions'
+// floors, however few states it holds. It returns the function that puts
+// things back. Call it only while no processor runs.
+func FloorsOnEveryGroup() (restore func()) {
+	floorMinGroup = 1
+	return func() { floorMinGroup = minAtomicBatch }
+}

@@ -24,7 +24,7 @@ import (
 // consumer is gone.
 func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, part int, lease *leases, shards []*shard) error {
 	f := &fetcher{p: p, ctx: ctx, hard: hard, cons: cons, name: cons.CachedInfo().Name, part: part, lease: lease, shards: shards,
-		win: &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy}, lastPrune: time.Now()}
+		win: &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy, part: part, finished: p.floors.finishedOf(part)}, lastPrune: time.Now()}
 	p.windows.Store(f.name, f.win)
 	defer p.windows.CompareAndDelete(f.name, f.win)
 	return f.run()
@@ -58,7 +58,12 @@ type fetcher struct {
 	shards    []*shard
 	win       *ackWindow // what this consumer delivered and has not acknowledged
 
-	horizon      uint64 // see above
+	horizon uint64 // see above
+	// base is the highest stream sequence the consumer had delivered when
+	// this instance's unbroken delivery began (at the lease, after a
+	// break): every message of the partition past it is delivered here,
+	// in order (floor.go).
+	base         uint64
 	lastDelivery uint64 // consumer sequence of the last delivery
 	epoch        uint64 // of the partition's lease, at the last fetch
 	owned        bool   // the lease was held at the last look
@@ -216,7 +221,7 @@ func (f *fetcher) takeOver() error {
 	p := f.p
 	either, stop := context.WithCancel(f.hard)
 	defer context.AfterFunc(f.ctx, stop)()
-	h, last, floor, err := p.startState(either, f.cons)
+	h, last, floor, delivered, err := p.startState(either, f.cons)
 	stopped := either.Err() != nil
 	stop()
 	switch {
@@ -228,6 +233,10 @@ func (f *fetcher) takeOver() error {
 		return err
 	}
 	f.lastDelivery = last
+	f.base = max(f.base, delivered)
+	lctx, cancel := context.WithTimeout(f.hard, pubAckWait)
+	p.lowAt(lctx, f.part, f.base)
+	cancel()
 	if h > 0 {
 		f.horizon = max(f.horizon, h)
 		f.sendMarks(p.adopt(f.hard, f.cons, f.part, f.win, floor, h))
@@ -251,11 +260,13 @@ func (f *fetcher) dispatch(msg jetstream.Msg) {
 					"consumer", f.name, "after", f.lastDelivery, "got", meta.Sequence.Consumer, "horizon", h)
 			}
 			f.horizon = max(f.horizon, h)
+			f.base = max(f.base, h)
+			p.lowRaise(f.part, f.base)
 			marks = p.adopt(f.hard, f.cons, f.part, f.win, floor, h)
 		}
 		f.lastDelivery = meta.Sequence.Consumer
 	}
-	d := delivery{msg: msg, meta: meta, metaErr: merr, sid: p.sessionOf(msg.Subject()), horizon: f.horizon, at: time.Now(), part: f.part, epoch: f.epoch}
+	d := delivery{msg: msg, meta: meta, metaErr: merr, sid: p.sessionOf(msg.Subject()), horizon: f.horizon, base: f.base, at: time.Now(), part: f.part, epoch: f.epoch}
 	switch {
 	case merr == nil && p.foreign(msg.Subject(), f.part):
 		// Another partition's session's resume: its own consumer decides
@@ -324,25 +335,26 @@ const leaseIdle = 250 * time.Millisecond
 // floor (see fetch).
 const pruneEvery = time.Second
 
-// startState returns the horizon a consumer starts with and the consumer
-// sequence of its last delivery, asking the server until it answers, ctx
-// ends or the consumer is gone (then an error).
-func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last, floor uint64, err error) {
+// startState returns the horizon a consumer starts with, the consumer
+// sequence of its last delivery, its ack floor and the highest stream
+// sequence it delivered, asking the server until it answers, ctx ends or
+// the consumer is gone (then an error).
+func (p *Processor) startState(ctx context.Context, cons jetstream.Consumer) (horizon, last, floor, delivered uint64, err error) {
 	for attempt := 0; ; attempt++ {
 		info, err := cons.Info(ctx)
 		if err == nil {
 			if info.NumAckPending > 0 {
 				horizon = info.Delivered.Stream
 			}
-			return horizon, info.Delivered.Consumer, info.AckFloor.Stream, nil
+			return horizon, info.Delivered.Consumer, info.AckFloor.Stream, info.Delivered.Stream, nil
 		}
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrConnectionClosed) {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		p.log.Warn("reading the consumer's state failed; retrying", "err", err)
 		p.consumerTrouble(cons, attempt, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 	}
 }
@@ -441,7 +453,10 @@ type delivery struct {
 	sid     string
 	metaErr error
 	horizon uint64
-	at      time.Time // when it was received, for the decision latency
+	// base is the fetcher's base when it was delivered (see fetcher): 0
+	// for a marker.
+	base uint64
+	at   time.Time // when it was received, for the decision latency
 	// part is the partition whose consumer delivered it (-1: the consumer
 	// of subjects that name no session), and epoch the epoch of the lease
 	// under which it was fetched.

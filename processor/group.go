@@ -170,8 +170,22 @@ func (g *writeGroup) write(ctx context.Context, reqs []*groupReq, n int) {
 	}
 	acks := make([]groupAck, n)
 	done := 0
+	// A group of states large enough carries the floors of the partitions
+	// whose acknowledgements moved on: they cover states stored before
+	// this group (floor.go), so anywhere in it will do, and a floor not
+	// stored is only written again with a later group.
+	var floorMsgs []*nats.Msg
+	var floors []floorWrite
+	if g.states && n >= floorMinGroup {
+		floorMsgs, floors = p.floorMsgs()
+	}
 	if n >= minAtomicBatch && p.batches.on(g.states) {
-		seqs, err := p.batches.write(ctx, g.states, msgs)
+		seqs, err := p.batches.write(ctx, g.states, append(msgs, floorMsgs...))
+		if len(seqs) == n+len(floorMsgs) && len(floors) > 0 {
+			p.floorsStored(floors)
+		}
+		floorMsgs = nil
+		seqs = seqs[:min(len(seqs), n)]
 		for k, seq := range seqs {
 			acks[k] = groupAck{seq: seq, ok: true}
 		}
@@ -193,10 +207,23 @@ func (g *writeGroup) write(ctx context.Context, reqs []*groupReq, n int) {
 			k++
 		}
 	}
-	got := make([]groupAck, len(each))
-	p.sendEach(ctx, each, got)
-	for i, a := range got {
+	got := make([]groupAck, len(each)+len(floorMsgs))
+	p.sendEach(ctx, append(each, floorMsgs...), got)
+	for i, a := range got[:len(each)] {
 		acks[at[i]] = a
+	}
+	if len(floorMsgs) > 0 {
+		stored := floors[:0]
+		for i, a := range got[len(each):] {
+			if a.ok {
+				stored = append(stored, floors[i])
+			}
+		}
+		p.floorsStored(stored)
+	}
+	if g.states && g.in != nil {
+		// The running writer's groups are stored one after another.
+		g.storedRevs(acks)
 	}
 	k = 0
 	for _, r := range reqs {

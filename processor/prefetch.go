@@ -53,6 +53,19 @@ type span struct {
 type prefetched struct {
 	rev   uint64 // the state's revision in the bucket (or its deletion's)
 	state *State // nil: no state stored
+	// What the same view of the bucket held besides (floor.go): the
+	// floor of the session's partition and its low end (floorOK: there
+	// is one), the
+	// revision of its park record or of the record's deletion (0: none),
+	// and whether the state carries StateHeader.
+	floor       uint64
+	floorLow    uint64
+	floorOK     bool
+	parkRev     uint64
+	byProcessor bool
+	// proven is what the floor showed the state caught up to (0: not
+	// shown, it is caught up from the stream).
+	proven uint64
 }
 
 // prefetch holds a batch's answers. The shard's goroutine reads it once
@@ -158,6 +171,9 @@ type prefetchTask struct {
 	at uint64
 	// h is the horizon the session catches up to (shard.horizon).
 	h uint64
+	// part and base are those of its first input (delivery).
+	part int
+	base uint64
 }
 
 // fill reads, concurrently, the state and catch-up lookups of every
@@ -174,12 +190,17 @@ func (s *shard) fill(ctx context.Context, batch []delivery) {
 		pf.states = make(map[string]prefetched, len(tasks))
 		pf.lookups = make(map[string][]span, 2*len(tasks))
 	}
+	s.prefetchStates(ctx, tasks)
+	// A state its partition's floor shows caught up needs no lookup
+	// (floor.go); the others' lookups follow.
+	if tasks = s.floored(tasks); len(tasks) == 0 {
+		return
+	}
 	var need uint64
 	for _, t := range tasks {
 		need = max(need, t.h, t.at)
 	}
 	s.readControlled(ctx, need)
-	s.prefetchStates(ctx, tasks)
 	s.directLookups(ctx, tasks)
 	f := &filler{s: s, ctx: ctx, pf: pf}
 	var wg sync.WaitGroup
@@ -217,7 +238,7 @@ func (s *shard) prefetchTasks(batch []delivery) []prefetchTask {
 			continue // in memory and current: load keeps it
 		}
 		index[id] = len(tasks)
-		tasks = append(tasks, prefetchTask{id: id, at: d.meta.Sequence.Stream, h: s.horizon(id, d)})
+		tasks = append(tasks, prefetchTask{id: id, at: d.meta.Sequence.Stream, h: s.horizon(id, d), part: d.part, base: d.base})
 	}
 	return tasks
 }
@@ -229,10 +250,11 @@ func (s *shard) prefetchStates(ctx context.Context, tasks []prefetchTask) {
 		return
 	}
 	ids := make([]string, len(tasks))
+	parts := make([]int, len(tasks))
 	for i, t := range tasks {
-		ids[i] = t.id
+		ids[i], parts[i] = t.id, t.part
 	}
-	got, err := s.p.readStates(ctx, s.p.readConn(s.index), ids)
+	got, err := s.p.readStates(ctx, s.p.readConn(s.index), ids, parts)
 	if err == nil {
 		s.pre.states = got
 		return

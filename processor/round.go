@@ -273,6 +273,7 @@ func (r *round) marker(d delivery) error {
 	if sid == "" {
 		return nil
 	}
+	r.s.see(sid, d.mark[len(d.mark)-1], d.part)
 	switch {
 	case r.fenced[sid] && !r.parked[sid]:
 		return nil
@@ -331,6 +332,7 @@ func (r *round) input(d delivery) error {
 		var done bool
 		var err error
 		sess, done, err = r.ready(d, d.sid, seq)
+		r.s.see(d.sid, seq, d.part) // after its read: floor.go
 		if err != nil || done {
 			return err
 		}
@@ -398,6 +400,7 @@ func (r *round) ready(d delivery, sid string, seq uint64) (sess *session, done b
 			return nil, true, r.park(sid, err)
 		}
 		s.drop(sid)
+		s.pre.state(sid) // read before the unpark: not used
 	}
 	sess, err = s.load(r.ctx, r.b, sid, d.horizon, d.epoch)
 	if err != nil {

@@ -67,6 +67,8 @@ type Processor struct {
 	// windows holds each fetcher's ack window by consumer name, for a
 	// stalled test to show (AckWindows).
 	windows sync.Map
+	// floors are the partitions' floors stored (floor.go).
+	floors *floors
 }
 
 // counters are what Stats reports, counted as it happens; each is safe
@@ -76,6 +78,7 @@ type counters struct {
 	fenced       atomic.Uint64 // states another writer had changed (Stats.Fenced)
 	reloaded     atomic.Uint64 // held sessions read again after a break in delivery (Stats.Reloaded)
 	appliedAhead atomic.Uint64 // messages applied from the stream ahead of their redelivery (Stats.CaughtUp)
+	floored      atomic.Uint64 // states read fresh that a floor showed caught up (Stats.Floored)
 	dropped      atomic.Uint64 // idle sessions dropped from memory (Stats.Dropped)
 	expired      atomic.Uint64 // deliveries left undecided as their lease ended (Stats.Expired)
 	readAhead    atomic.Uint64 // reads made by a batch's prefetch (Stats.ReadAhead)
@@ -139,6 +142,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, opts ...Option
 		obs:  nopObserver{},
 
 		checkNow: make(chan struct{}, 1),
+		floors:   newFloors(cfg.Partitions),
 	}
 	p.batches.p = p
 	for _, o := range opts {
@@ -248,8 +252,14 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err := p.consume(ctx, hard, cancel, consumers, lease, states, verdicts); err != nil {
 		return err
 	}
-	// Drained: everything fetched here is acknowledged. Hand the
-	// partitions over now rather than let their leases expire.
+	// Drained: everything fetched here is acknowledged. Store the floors
+	// of it (floor.go), and hand the partitions over now rather than let
+	// their leases expire.
+	if hard.Err() == nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
+		p.storeFinalFloors(fctx)
+		cancel()
+	}
 	stopLeases()
 	if hard.Err() == nil || drainTimedOut.Load() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
@@ -460,7 +470,11 @@ type Stats struct {
 	Fenced   uint64 // session states another instance had changed: cache dropped, inputs left to it
 	Reloaded uint64 // cached sessions read again after a break in delivery
 	CaughtUp uint64 // messages applied from the stream ahead of their redelivery
-	Dropped  uint64 // idle sessions dropped from memory past MaxSessions
+	// Floored counts states read fresh that their partition's floor
+	// showed caught up, so that their catch-up's lookups were not made
+	// (see processor/floor.go).
+	Floored uint64
+	Dropped uint64 // idle sessions dropped from memory past MaxSessions
 	// Expired counts deliveries left undecided because the lease of their
 	// partition ended (or changed hands) after they were fetched: their
 	// redelivery, or the new owner, decides them.
@@ -490,7 +504,7 @@ type Stats struct {
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
-	return Stats{Handled: p.count.handled.Load(), Fenced: p.count.fenced.Load(), Reloaded: p.count.reloaded.Load(), CaughtUp: p.count.appliedAhead.Load(),
+	return Stats{Handled: p.count.handled.Load(), Fenced: p.count.fenced.Load(), Reloaded: p.count.reloaded.Load(), CaughtUp: p.count.appliedAhead.Load(), Floored: p.count.floored.Load(),
 		Dropped: p.count.dropped.Load(), Expired: p.count.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.count.cached.Load()),
 		ReadAhead: p.count.readAhead.Load(), ReadInBatch: p.count.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
 		Parked: int(p.parked.n.Load()), ParkedInputs: p.count.parkedInputs.Load(),

@@ -160,6 +160,12 @@ func (s *shard) read(ctx context.Context, b *budget, id string) (*session, error
 		if got.state != nil {
 			sess.l, sess.seq = &got.state.Ledger, got.state.Seq
 		}
+		if got.proven > 0 {
+			// Its partition's floor shows it holds every input up to
+			// there (floor.go).
+			sess.fresh, sess.caughtUp = false, got.proven
+			s.p.count.floored.Add(1)
+		}
 		s.put(sess)
 		s.woken++
 		return sess, nil
@@ -232,6 +238,7 @@ func (s *shard) startStores(ctx context.Context, touched []*session, fenced map[
 		msg := nats.NewMsg(p.cfg.Names().SessionSubject(sess.id))
 		msg.Data = val
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(sess.rev, 10))
+		msg.Header.Set(StateHeader, "1")
 		sb.out = append(sb.out, sentStore{sess: sess, val: val, round: round, sent: time.Now()})
 		msgs = append(msgs, msg)
 	}

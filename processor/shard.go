@@ -57,6 +57,13 @@ type shard struct {
 	// leftAll stands for the entries of left dropped to bound it (see
 	// maxLeft): every session catches up past it once.
 	leftAll uint64
+	// seen holds, for each session the shard decided an input of whose
+	// partition's stored floor is not past it, the highest such input;
+	// seenPruned is, by partition, the floor up to which it was forgotten,
+	// and seenNext the size at which to forget again (floor.go).
+	seen       map[string]floorSeen
+	seenPruned map[int]uint64
+	seenNext   int
 	// rounds counts the shard's rounds; pending is the round whose
 	// states are in flight, cur the round being decided (round.go).
 	rounds       uint64

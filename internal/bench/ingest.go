@@ -541,6 +541,11 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if keep {
+		// The consumers are left as a processor would leave them: with
+		// no pull request of ours still open for what is published next.
+		defer waitNoPulls(ctx, conss)
+	}
 	var got atomic.Int64
 	errs := make(chan error, len(conss))
 	var wg sync.WaitGroup
@@ -631,6 +636,21 @@ func consumeLayout(ctx context.Context, js jetstream.JetStream, cfg processor.Co
 		}
 		if err := waitCtx(ctx, 2*time.Millisecond); err != nil {
 			return 0, err
+		}
+	}
+}
+
+// waitNoPulls waits, a few seconds at most, until none of conss has a
+// pull request waiting.
+func waitNoPulls(ctx context.Context, conss []jetstream.Consumer) {
+	deadline := time.Now().Add(3 * time.Second)
+	for _, c := range conss {
+		for time.Now().Before(deadline) {
+			info, err := c.Info(ctx)
+			if err != nil || info.NumWaiting == 0 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }

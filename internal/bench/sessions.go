@@ -142,6 +142,9 @@ type SessionsSize struct {
 	AtomicBatches  uint64 `json:"atomic_batches"`
 	BatchedWrites  uint64 `json:"batched_writes"`
 	BatchFallbacks uint64 `json:"batch_fallbacks"`
+	// Floored is how many of seamguard's states read fresh their
+	// partition's floor showed caught up (processor.Stats.Floored).
+	Floored uint64 `json:"floored"`
 	// Snapshot writes per event (one per event here: no two events of a
 	// session share a batch).
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
@@ -331,7 +334,8 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 		if last {
 			res.SnapshotBytes = float64(info.State.Bytes) / float64(info.State.Msgs)
 		}
-		progress("sessions: %d live, seamguard %.0f events/s", n, z.SeamguardPerSec)
+		z.Floored = st.Floored
+		progress("sessions: %d live, seamguard %.0f events/s (%d states read shown caught up by their partition's floor)", n, z.SeamguardPerSec, st.Floored)
 
 		// The raw anchors, on the same server at the same key count; the
 		// reads first, while the raw keys are as cold as the states
@@ -764,7 +768,7 @@ func (r *sessionsRun) grow(ctx context.Context, n int) (float64, error) {
 			if err != nil {
 				return 0, err
 			}
-			states[i] = &nats.Msg{Subject: sessions + sessionID(at+i), Data: val}
+			states[i] = &nats.Msg{Subject: sessions + sessionID(at+i), Data: val, Header: nats.Header{processor.StateHeader: []string{"1"}}}
 			keys[i] = &nats.Msg{Subject: raw + sessionID(at+i), Data: r.rawVal}
 		}
 		if _, err := publishAll(ctx, js, states, 4096); err != nil {
@@ -783,8 +787,35 @@ func (r *sessionsRun) grow(ctx context.Context, n int) (float64, error) {
 	if _, err := consumeLayout(ctx, js, r.pcfg, n-from, true, nil); err != nil {
 		return 0, err
 	}
+	// And it would have stored its partitions' floors past them.
+	if err := r.floors(ctx); err != nil {
+		return 0, err
+	}
 	r.live = n
 	return float64(n-from) / rawTime.Seconds(), nil
+}
+
+// floors stores each partition's floor (processor/floor.go) at the events
+// stream's last sequence, every message of which the processor's consumers
+// have acknowledged, as the processor's own writes of states would.
+func (r *sessionsRun) floors(ctx context.Context) error {
+	js := r.srv.js
+	s, err := js.Stream(ctx, r.pcfg.Names().Events)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	sessions := processor.KVPrefix(r.pcfg.Names().Sessions)
+	n := r.pcfg.WithDefaults().Partitions
+	for part := range n {
+		if _, err := js.Publish(ctx, sessions+processor.FloorKey(n, part), processor.FloorValue(0, info.State.LastSeq)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // publishRound publishes one turn for each session in order and returns
@@ -792,6 +823,14 @@ func (r *sessionsRun) grow(ctx context.Context, n int) (float64, error) {
 func (r *sessionsRun) publishRound(ctx context.Context, order []int) (uint64, error) {
 	const chunk = 8192
 	r.progress("sessions: publishing %d turns over %d sessions", len(order), r.live)
+	// A processor stopped a moment ago may still have pull requests
+	// waiting, which the server would fill with these turns for nobody:
+	// the next processor would start with them delivered elsewhere.
+	conss, err := createConsumers(ctx, r.srv.js, r.pcfg)
+	if err != nil {
+		return 0, err
+	}
+	waitNoPulls(ctx, conss)
 	var first uint64
 	for at := 0; at < len(order); at += chunk {
 		part := order[at:min(at+chunk, len(order))]
