@@ -108,6 +108,6 @@ func (w *ackWindow) describe() string {
 // floors, however few states it holds. It returns the function that puts
 // things back. Call it only while no processor runs.
 func FloorsOnEveryGroup() (restore func()) {
-	floorMinGroup = 1
-	return func() { floorMinGroup = minAtomicBatch }
+	floorMinGroup, floorEvery = 1, 0
+	return func() { floorMinGroup, floorEvery = minAtomicBatch, 100*time.Millisecond }
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,8 +29,9 @@ import (
 //     park record), and every state those inputs changed was stored before
 //     the floor. X is the last input the partition's ack window released
 //     here. The states' writer (group.go) puts the floors whose X moved on
-//     into a group of states large enough for an atomic batch, and the
-//     processor stores them once more when it has drained.
+//     into a group of states large enough for an atomic batch, at most one
+//     group every floorEvery, and the processor stores them once more when
+//     it has drained.
 //   - low is where this processor's holding of the partition took over
 //     the floors: when it takes the partition (or its delivery breaks) at
 //     base, the highest stream sequence the consumer had delivered, it
@@ -70,8 +72,12 @@ import (
 // them.
 
 // floorMinGroup is the fewest states a group holds to carry floors: as
-// many as make it an atomic batch (tests lower it).
-var floorMinGroup = minAtomicBatch
+// many as make it an atomic batch; and floorEvery is the least time
+// between two groups that carry them (tests lower both).
+var (
+	floorMinGroup = minAtomicBatch
+	floorEvery    = 100 * time.Millisecond
+)
 
 // FloorKeyPrefix is the prefix of the floor keys in the session bucket.
 const FloorKeyPrefix = "floor."
@@ -110,6 +116,9 @@ type floors struct {
 	// stored at; a view of the bucket that ends before it is behind this
 	// processor's own writes, and shows nothing caught up.
 	maxRev atomic.Uint64
+	// lastAt is when the writer last put floors into a group (unix
+	// nanoseconds): at most one group every floorEvery carries them.
+	lastAt atomic.Int64
 	// off is set once a write of the writer was stored at a sequence at or
 	// below maxRev: the bucket's log went back (the stream restored from
 	// a backup, or made anew, under the processor), so acknowledged inputs
@@ -213,12 +222,17 @@ type floorWrite struct {
 
 // floorMsgs returns the floors of every partition whose acknowledgements
 // moved past the floor last stored, as messages for the bucket, and which
-// floors they are.
-func (p *Processor) floorMsgs() ([]*nats.Msg, []floorWrite) {
+// floors they are; none within floorEvery of the last, unless final.
+func (p *Processor) floorMsgs(final bool) ([]*nats.Msg, []floorWrite) {
 	f := p.floors
 	if f == nil || f.off.Load() {
 		return nil, nil
 	}
+	now := time.Now().UnixNano()
+	if !final && now-f.lastAt.Load() < int64(floorEvery) {
+		return nil, nil
+	}
+	f.lastAt.Store(now)
 	var msgs []*nats.Msg
 	var ws []floorWrite
 	for part := range f.finished {
@@ -243,12 +257,13 @@ func (p *Processor) floorsStored(ws []floorWrite) {
 	for _, w := range ws {
 		raise(&p.floors.stored[w.part], w.x)
 	}
+	p.count.floorWrites.Add(uint64(len(ws)))
 }
 
 // storeFinalFloors stores the floors of what this processor finished, once
 // it has drained, so that the partitions' next holders go on from them.
 func (p *Processor) storeFinalFloors(ctx context.Context) {
-	msgs, ws := p.floorMsgs()
+	msgs, ws := p.floorMsgs(true)
 	for i, m := range msgs {
 		if _, err := p.js.PublishMsg(ctx, m); err != nil {
 			p.log.Warn("storing a partition's floor failed", "partition", ws[i].part, "err", err)
@@ -347,8 +362,8 @@ func (s *shard) proven(id string, got prefetched, part int, base uint64) uint64 
 // see records that the shard decided session id's input at seq of part,
 // and forgets, once there are many, what stored floors cover.
 func (s *shard) see(id string, seq uint64, part int) {
-	if part < 0 || s.p.floors == nil {
-		return
+	if part < 0 || s.p.floors == nil || s.p.floors.off.Load() {
+		return // no floor is trusted: nothing to remember
 	}
 	if s.seen == nil {
 		s.seen = map[string]floorSeen{}
@@ -374,9 +389,20 @@ func (s *shard) see(id string, seq uint64, part int) {
 	for part, x := range stored {
 		s.seenPruned[part] = max(s.seenPruned[part], x)
 	}
+	if len(s.seen) > maxSeen {
+		// Floors are far behind (few are written under a light load):
+		// forget everything, and take no floor short of what was seen.
+		for _, e := range s.seen {
+			s.seenPruned[e.part] = max(s.seenPruned[e.part], e.seq)
+		}
+		clear(s.seen)
+	}
 	s.seenNext = 2 * len(s.seen) // floors behind: not every input
 }
 
 // seenPruneAt is how many sessions the shard remembers before it forgets
-// those stored floors cover.
-const seenPruneAt = 4096
+// those stored floors cover; past maxSeen it forgets them all.
+const (
+	seenPruneAt = 4096
+	maxSeen     = 1 << 16
+)

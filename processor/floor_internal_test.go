@@ -2,6 +2,7 @@ package processor
 
 import (
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -62,4 +63,20 @@ func TestStoredRevsNoticesTheLogGoingBack(t *testing.T) {
 	require.Equal(t, uint64(14), p.floors.maxRev.Load())
 	g.storedRevs([]groupAck{{seq: 7, ok: true}})
 	require.True(t, p.floors.off.Load(), "a sequence below the last: the log went back")
+}
+
+// TestSeenStaysBounded: with no floor stored, the sessions a shard
+// remembers stay bounded, and what it forgot keeps floors short of it
+// from being taken.
+func TestSeenStaysBounded(t *testing.T) {
+	p := &Processor{log: slog.New(slog.DiscardHandler), floors: newFloors(2)}
+	s := &shard{p: p}
+	for i := range 3 * maxSeen {
+		s.see(string(rune('a'+i%26))+strconv.Itoa(i), uint64(i+1), i%2)
+	}
+	require.LessOrEqual(t, len(s.seen), maxSeen+1)
+	got := prefetched{rev: 50, state: &State{Seq: 40}, floor: 100, floorOK: true, byProcessor: true}
+	require.Zero(t, s.proven("new", got, 0, 0), "a floor short of what was forgotten")
+	got.floor = 3 * maxSeen
+	require.Equal(t, uint64(3*maxSeen), s.proven("new", got, 0, 0), "one past it")
 }

@@ -177,7 +177,7 @@ func (g *writeGroup) write(ctx context.Context, reqs []*groupReq, n int) {
 	var floorMsgs []*nats.Msg
 	var floors []floorWrite
 	if g.states && n >= floorMinGroup {
-		floorMsgs, floors = p.floorMsgs()
+		floorMsgs, floors = p.floorMsgs(false)
 	}
 	if n >= minAtomicBatch && p.batches.on(g.states) {
 		seqs, err := p.batches.write(ctx, g.states, append(msgs, floorMsgs...))

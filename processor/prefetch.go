@@ -55,9 +55,8 @@ type prefetched struct {
 	state *State // nil: no state stored
 	// What the same view of the bucket held besides (floor.go): the
 	// floor of the session's partition and its low end (floorOK: there
-	// is one), the
-	// revision of its park record or of the record's deletion (0: none),
-	// and whether the state carries StateHeader.
+	// is one), the revision of its park record or of the record's
+	// deletion (0: none), and whether the state carries StateHeader.
 	floor       uint64
 	floorLow    uint64
 	floorOK     bool

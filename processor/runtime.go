@@ -79,6 +79,7 @@ type counters struct {
 	reloaded     atomic.Uint64 // held sessions read again after a break in delivery (Stats.Reloaded)
 	appliedAhead atomic.Uint64 // messages applied from the stream ahead of their redelivery (Stats.CaughtUp)
 	floored      atomic.Uint64 // states read fresh that a floor showed caught up (Stats.Floored)
+	floorWrites  atomic.Uint64 // floors stored (Stats.FloorWrites)
 	dropped      atomic.Uint64 // idle sessions dropped from memory (Stats.Dropped)
 	expired      atomic.Uint64 // deliveries left undecided as their lease ended (Stats.Expired)
 	readAhead    atomic.Uint64 // reads made by a batch's prefetch (Stats.ReadAhead)
@@ -474,7 +475,10 @@ type Stats struct {
 	// showed caught up, so that their catch-up's lookups were not made
 	// (see processor/floor.go).
 	Floored uint64
-	Dropped uint64 // idle sessions dropped from memory past MaxSessions
+	// FloorWrites counts the partitions' floors stored in the session
+	// bucket, with the states or on their own after a drain.
+	FloorWrites uint64
+	Dropped     uint64 // idle sessions dropped from memory past MaxSessions
 	// Expired counts deliveries left undecided because the lease of their
 	// partition ended (or changed hands) after they were fetched: their
 	// redelivery, or the new owner, decides them.
@@ -504,7 +508,7 @@ type Stats struct {
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (p *Processor) Stats() Stats {
-	return Stats{Handled: p.count.handled.Load(), Fenced: p.count.fenced.Load(), Reloaded: p.count.reloaded.Load(), CaughtUp: p.count.appliedAhead.Load(), Floored: p.count.floored.Load(),
+	return Stats{Handled: p.count.handled.Load(), Fenced: p.count.fenced.Load(), Reloaded: p.count.reloaded.Load(), CaughtUp: p.count.appliedAhead.Load(), Floored: p.count.floored.Load(), FloorWrites: p.count.floorWrites.Load(),
 		Dropped: p.count.dropped.Load(), Expired: p.count.expired.Load(), Stuck: p.StuckSessions(), Sessions: int(p.count.cached.Load()),
 		ReadAhead: p.count.readAhead.Load(), ReadInBatch: p.count.readInBatch.Load(), ServiceDenied: p.denied.total.Load(),
 		Parked: int(p.parked.n.Load()), ParkedInputs: p.count.parkedInputs.Load(),

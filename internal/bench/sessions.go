@@ -145,6 +145,8 @@ type SessionsSize struct {
 	// Floored is how many of seamguard's states read fresh their
 	// partition's floor showed caught up (processor.Stats.Floored).
 	Floored uint64 `json:"floored"`
+	// FloorWrites is how many floors seamguard's run stored besides.
+	FloorWrites uint64 `json:"floor_writes"`
 	// Snapshot writes per event (one per event here: no two events of a
 	// session share a batch).
 	WritesPerEvent float64 `json:"snapshot_writes_per_event"`
@@ -330,7 +332,9 @@ func runSessions(ctx context.Context, cfg Config, dir string, sizes []int, perSi
 		if err != nil {
 			return res, err
 		}
-		z.WritesPerEvent = float64(info.State.LastSeq-writes0) / float64(m)
+		// The partitions' floors ride in the same bucket: not state writes.
+		z.WritesPerEvent = float64(info.State.LastSeq-writes0-st.FloorWrites) / float64(m)
+		z.FloorWrites = st.FloorWrites
 		if last {
 			res.SnapshotBytes = float64(info.State.Bytes) / float64(info.State.Msgs)
 		}
