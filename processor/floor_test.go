@@ -22,61 +22,36 @@ import (
 // word: it is caught up from the stream, and its compaction too is allowed.
 func TestFloorsSkipLookupsButNotLostInputs(t *testing.T) {
 	e := newEnv(t)
-	cfg := baseConfig()
-	subj := cfg.Subjects()
+	f := &fleet{t: t, e: e, cfg: baseConfig(), prefix: "fl"}
 	const n = 120
-	id := func(i int) string { return fmt.Sprintf("fl%03d", i) }
-	msg := func(sess, evID, typ, data string) *nats.Msg {
-		return binaryMsg(t, subj, fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":%q,"data":%s}`, evID, typ, sess, data))
-	}
-	turn := func(i, off int) *nats.Msg {
-		return msg(id(i), fmt.Sprintf("%s-t%d", id(i), off), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"role":"user","content":"turn %d"}`, off, off))
-	}
-	wave := func(from, to int, f func(i int) []*nats.Msg) {
-		var msgs []*nats.Msg
-		for i := from; i < to; i++ {
-			msgs = append(msgs, f(i)...)
-		}
-		e.publishAll(t, msgs)
-		e.waitIdle(t, cfg, 20*time.Second)
-	}
-
-	r := e.start(t, cfg)
-	wave(0, n, func(i int) []*nats.Msg {
-		return []*nats.Msg{msg(id(i), id(i)+"-o", "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`)}
-	})
-	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
+	r := e.start(t, f.cfg)
+	f.wave(0, n, f.open)
+	kv, err := e.JS.KeyValue(e.ctx, f.cfg.Names().Sessions)
 	require.NoError(t, err)
-	damaged := id(n - 1)
+	damaged := f.id(n - 1)
 	before, err := kv.Get(e.ctx, damaged) // opened, no turn yet
 	require.NoError(t, err)
-	wave(0, n, func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 0)} })
+	f.wave(0, n, func(i int) *nats.Msg { return f.turn(i, 0) })
 	require.NoError(t, r.stop(t))
 
 	// A processor with nothing in memory: its own floors pass what the
 	// last one left once a few waves are stored.
-	r = e.start(t, cfg)
+	r = e.start(t, f.cfg)
 	for w := range 4 {
-		wave(w*10, w*10+10, func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 1)} })
+		f.wave(w*10, w*10+10, func(i int) *nats.Msg { return f.turn(i, 1) })
 	}
 	// Turn 0 of the damaged session is acknowledged, and its state put
 	// back to before it, by hand.
 	_, err = kv.Put(e.ctx, damaged, before.Value())
 	require.NoError(t, err)
 	floored := r.p.Stats().Floored
-	wave(40, n, func(i int) []*nats.Msg {
-		return []*nats.Msg{turn(i, 1), msg(id(i), id(i)+"-r", "compaction.requested", `{"request_id":"r","summarizer_input":{"start":0,"end":2},"summary_range":{"start":0,"end":1},"tail_start":1}`)}
-	})
+	f.wave(40, n, func(i int) *nats.Msg { return f.turn(i, 1) })
+	f.wave(40, n, func(i int) *nats.Msg { return f.compaction(i, 2) })
 	st := r.p.Stats()
 	require.NoError(t, r.stop(t))
 	t.Logf("%d of %d sessions read fresh shown caught up by a floor; %d inputs caught up from the stream", st.Floored-floored, n-40, st.CaughtUp)
 	require.Greater(t, st.Floored-floored, uint64((n-40)/2), "most fresh states are shown caught up by their partition's floor")
-
-	vs := e.verdicts(t, cfg)
-	require.Len(t, vs, n-40, "one verdict a compaction")
-	for _, v := range vs {
-		require.Equal(t, events.TypeCompactionAllowed, v.v.Type, "every turn received, the damaged session's too: %s", describe(v.v))
-	}
+	f.allAllowed(n-40, "every turn received, the damaged session's too")
 }
 
 // TestFloorsLeaveAResumedParkToItsCatchUp: a parked session's inputs are
@@ -89,33 +64,9 @@ func TestFloorsSkipLookupsButNotLostInputs(t *testing.T) {
 // the events stream derives.
 func TestFloorsLeaveAResumedParkToItsCatchUp(t *testing.T) {
 	e := newEnv(t)
-	cfg := baseConfig()
-	cfg.Partitions = 1
-	cfg.Shards = 2
-	cfg.QueueDepth = 64
-	cfg.MaxAckPending = 256
-	cfg.AckWait = 2 * time.Second
-	cfg.RetryFor = time.Second
-	cfg.ParkAfter = 3 * time.Second
-	r := e.start(t, cfg)
-	waitFor(t, 10*time.Second, "the processor consuming", func() bool { return r.p.Ready() == nil })
-	lift := e.limitStateSize(t, cfg, 400)
-	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
-	require.NoError(t, err)
-
-	bloated, others := stuckScripts(300)
+	pr := e.startParking(t, 300)
+	r, cfg, kv, lift, others := pr.r, pr.cfg, pr.kv, pr.lift, pr.others
 	subj := cfg.Subjects()
-	msgs := scriptMsgs(t, subj, bloated)
-	e.publishAll(t, msgs[:3])
-	waitFor(t, 10*time.Second, "the bloated session's first state stored", func() bool {
-		_, err := kv.Get(e.ctx, "bloated")
-		return err == nil
-	})
-	rest := msgs[3:]
-	for _, s := range others {
-		rest = append(rest, scriptMsgs(t, subj, s)...)
-	}
-	e.publishAll(t, rest)
 	waitFor(t, 2*time.Minute, "the bloated session parked", func() bool { return r.p.Stats().Parked == 1 })
 	e.waitIdle(t, cfg, 30*time.Second)
 	require.Positive(t, r.p.Stats().ParkedInputs)
@@ -172,58 +123,27 @@ func TestFloorsAfterABackupRestore(t *testing.T) {
 	cfg := baseConfig()
 	cfg.MaxSessions = cfg.WithDefaults().Shards // one a shard: the others are read fresh
 	defer processor.IdleAfterEveryBatch()()     // and a sweep after every batch drops them
-	subj := cfg.Subjects()
+	f := &fleet{t: t, e: e, cfg: cfg, prefix: "bk"}
 	const n = 60
-	id := func(i int) string { return fmt.Sprintf("bk%03d", i) }
-	msg := func(sess, evID, typ, data string) *nats.Msg {
-		return binaryMsg(t, subj, fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":%q,"data":%s}`, evID, typ, sess, data))
-	}
-	turn := func(i, off int) *nats.Msg {
-		return msg(id(i), fmt.Sprintf("%s-t%d", id(i), off), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"role":"user","content":"turn %d"}`, off, off))
-	}
-	wave := func(f func(i int) []*nats.Msg) {
-		var msgs []*nats.Msg
-		for i := range n {
-			msgs = append(msgs, f(i)...)
-		}
-		e.publishAll(t, msgs)
-		e.waitIdle(t, cfg, 20*time.Second)
-	}
 	r := e.start(t, cfg)
-	wave(func(i int) []*nats.Msg {
-		return []*nats.Msg{msg(id(i), id(i)+"-o", "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`)}
-	})
-	wave(func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 0)} })
+	f.wave(0, n, f.open)
+	f.wave(0, n, func(i int) *nats.Msg { return f.turn(i, 0) })
 	backup := e.backupBucket(t, cfg.Names().Sessions)
 	require.NotEmpty(t, backup)
-	wave(func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 1)} })
+	f.wave(0, n, func(i int) *nats.Msg { return f.turn(i, 1) })
 	require.NoError(t, r.stop(t))
 	e.restoreBucket(t, backup)
 
 	r = e.start(t, cfg)
-	some := func(from, to int, f func(i int) []*nats.Msg) {
-		var msgs []*nats.Msg
-		for i := from; i < to; i++ {
-			msgs = append(msgs, f(i)...)
-		}
-		e.publishAll(t, msgs)
-		e.waitIdle(t, cfg, 20*time.Second)
-	}
 	for k := range 3 {
-		some(0, n/2, func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 2+k)} })
+		f.wave(0, n/2, func(i int) *nats.Msg { return f.turn(i, 2+k) })
 	}
-	some(n/2, n, func(i int) []*nats.Msg {
-		return []*nats.Msg{msg(id(i), id(i)+"-r", "compaction.requested", `{"request_id":"r","summarizer_input":{"start":0,"end":2},"summary_range":{"start":0,"end":1},"tail_start":1}`)}
-	})
+	f.wave(n/2, n, func(i int) *nats.Msg { return f.compaction(i, 2) })
 	st := r.p.Stats()
 	require.NoError(t, r.stop(t))
 	t.Logf("%d states shown caught up by a floor; %d inputs caught up from the stream", st.Floored, st.CaughtUp)
 	require.Positive(t, st.Floored, "its own floors were in force")
-	vs := e.verdicts(t, cfg)
-	require.Len(t, vs, n/2, "one verdict a compaction")
-	for _, v := range vs {
-		require.Equal(t, events.TypeCompactionAllowed, v.v.Type, "every turn received, those the backup lost too: %s", describe(v.v))
-	}
+	f.allAllowed(n/2, "every turn received, those the backup lost too")
 }
 
 // backupBucket returns the last message of every key of bucket, headers
@@ -275,41 +195,68 @@ func TestFloorsUnderARunningProcessorRestore(t *testing.T) {
 	// A session in memory whose state was put back is fenced, its input
 	// left to its redelivery.
 	cfg.AckWait = 2 * time.Second
-	subj := cfg.Subjects()
+	f := &fleet{t: t, e: e, cfg: cfg, prefix: "rs"}
 	const n = 60
-	id := func(i int) string { return fmt.Sprintf("rs%03d", i) }
-	msg := func(sess, evID, typ, data string) *nats.Msg {
-		return binaryMsg(t, subj, fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":%q,"data":%s}`, evID, typ, sess, data))
-	}
-	turn := func(i, off int) *nats.Msg {
-		return msg(id(i), fmt.Sprintf("%s-t%d", id(i), off), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"role":"user","content":"turn %d"}`, off, off))
-	}
-	wave := func(f func(i int) []*nats.Msg) {
-		var msgs []*nats.Msg
-		for i := range n {
-			msgs = append(msgs, f(i)...)
-		}
-		e.publishAll(t, msgs)
-		e.waitIdle(t, cfg, 20*time.Second)
-	}
 	r := e.start(t, cfg)
-	wave(func(i int) []*nats.Msg {
-		return []*nats.Msg{msg(id(i), id(i)+"-o", "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`)}
-	})
-	wave(func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 0)} })
-	wave(func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 1)} })
+	f.wave(0, n, f.open)
+	f.wave(0, n, func(i int) *nats.Msg { return f.turn(i, 0) })
+	f.wave(0, n, func(i int) *nats.Msg { return f.turn(i, 1) })
 	backup := e.backupBucket(t, cfg.Names().Sessions)
-	wave(func(i int) []*nats.Msg { return []*nats.Msg{turn(i, 2)} })
+	f.wave(0, n, func(i int) *nats.Msg { return f.turn(i, 2) })
 	e.restoreBucket(t, backup)
-	wave(func(i int) []*nats.Msg {
-		return []*nats.Msg{msg(id(i), id(i)+"-r", "compaction.requested", `{"request_id":"r","summarizer_input":{"start":0,"end":3},"summary_range":{"start":0,"end":2},"tail_start":2}`)}
-	})
+	f.wave(0, n, func(i int) *nats.Msg { return f.compaction(i, 3) })
 	st := r.p.Stats()
 	require.NoError(t, r.stop(t))
 	t.Logf("%d states shown caught up by a floor; %d inputs caught up from the stream", st.Floored, st.CaughtUp)
-	vs := e.verdicts(t, cfg)
-	require.Len(t, vs, n, "one verdict a compaction")
+	f.allAllowed(n, "every turn received, those the backup lost too")
+}
+
+// fleet is a test's sessions, each named by its index: their events as
+// CloudEvents in binary mode, published in waves, each wave decided
+// before the next.
+type fleet struct {
+	t      *testing.T
+	e      *env
+	cfg    processor.Config
+	prefix string
+}
+
+func (f *fleet) id(i int) string { return fmt.Sprintf("%s%03d", f.prefix, i) }
+
+func (f *fleet) msg(i int, suffix, typ, data string) *nats.Msg {
+	sess := f.id(i)
+	return binaryMsg(f.t, f.cfg.Subjects(), fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"urn:t","type":"io.seamguard.%s","subject":%q,"data":%s}`, sess+"-"+suffix, typ, sess, data))
+}
+
+func (f *fleet) open(i int) *nats.Msg {
+	return f.msg(i, "o", "session.opened", `{"unit":"turns","recovery_floor":{"span":1,"unit":"turns"}}`)
+}
+
+func (f *fleet) turn(i, off int) *nats.Msg {
+	return f.msg(i, fmt.Sprintf("t%d", off), "turn.appended", fmt.Sprintf(`{"offset":%d,"size":1,"role":"user","content":"turn %d"}`, off, off))
+}
+
+// compaction asks to summarize turns [0, end-1) and keep the last.
+func (f *fleet) compaction(i, end int) *nats.Msg {
+	return f.msg(i, "r", "compaction.requested", fmt.Sprintf(`{"request_id":"r","summarizer_input":{"start":0,"end":%d},"summary_range":{"start":0,"end":%d},"tail_start":%d}`, end, end-1, end-1))
+}
+
+// wave publishes each(i) for the sessions from up to to, and waits until
+// every event is decided.
+func (f *fleet) wave(from, to int, each func(i int) *nats.Msg) {
+	var msgs []*nats.Msg
+	for i := from; i < to; i++ {
+		msgs = append(msgs, each(i))
+	}
+	f.e.publishAll(f.t, msgs)
+	f.e.waitIdle(f.t, f.cfg, 20*time.Second)
+}
+
+// allAllowed checks that every verdict allows a compaction, n in all.
+func (f *fleet) allAllowed(n int, why string) {
+	vs := f.e.verdicts(f.t, f.cfg)
+	require.Len(f.t, vs, n, "one verdict a compaction")
 	for _, v := range vs {
-		require.Equal(t, events.TypeCompactionAllowed, v.v.Type, "every turn received, those the backup lost too: %s", describe(v.v))
+		require.Equal(f.t, events.TypeCompactionAllowed, v.v.Type, "%s: %s", why, describe(v.v))
 	}
 }

@@ -25,38 +25,10 @@ import (
 // verdicts are in the stream once, and the record is gone.
 func TestParkedSessionLetsOthersGo(t *testing.T) {
 	e := newEnv(t)
-	cfg := baseConfig()
-	cfg.Partitions = 1
-	cfg.Shards = 2
-	cfg.QueueDepth = 64
-	cfg.MaxAckPending = 256
-	cfg.AckWait = 2 * time.Second
-	cfg.RetryFor = time.Second
-	cfg.ParkAfter = 3 * time.Second
-	r := e.start(t, cfg)
-	waitFor(t, 10*time.Second, "the processor consuming", func() bool { return r.p.Ready() == nil })
-
-	lift := e.limitStateSize(t, cfg, 400)
-	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
-	require.NoError(t, err)
-
-	bloated, others := stuckScripts(600)
+	pr := e.startParking(t, 600)
+	r, cfg, kv, lift, others := pr.r, pr.cfg, pr.kv, pr.lift, pr.others
 	subj := cfg.Subjects()
-	msgs := scriptMsgs(t, subj, bloated)
-	e.publishAll(t, msgs[:3])
-	waitFor(t, 10*time.Second, "the bloated session's first state stored", func() bool {
-		_, err := kv.Get(e.ctx, "bloated")
-		return err == nil
-	})
-	rest := msgs[3:]
-	var clean int
-	for _, s := range others {
-		m := scriptMsgs(t, subj, s)
-		clean += len(m)
-		rest = append(rest, m...)
-	}
-	require.GreaterOrEqual(t, clean, 4096)
-	e.publishAll(t, rest)
+	require.GreaterOrEqual(t, pr.clean, 4096)
 
 	waitFor(t, 2*time.Minute, "every other session decided", func() bool {
 		n := 0
@@ -108,4 +80,54 @@ func TestParkedSessionLetsOthersGo(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the park record is gone")
 	require.Zero(t, r.p.Stats().Parked)
 	require.NoError(t, r.stop(t))
+}
+
+// parking is a processor on one partition whose consumer may hold few
+// inputs unacknowledged, with the session "bloated" stuck on a state the
+// bucket's lowered value limit refuses (lift lifts it), and the other
+// sessions' events published behind it (clean of them).
+type parking struct {
+	r      *running
+	cfg    processor.Config
+	kv     jetstream.KeyValue
+	lift   func()
+	others []*sessionScript
+	clean  int
+}
+
+// startParking starts it with that many other sessions.
+func (e *env) startParking(t *testing.T, sessions int) parking {
+	t.Helper()
+	cfg := baseConfig()
+	cfg.Partitions = 1
+	cfg.Shards = 2
+	cfg.QueueDepth = 64
+	cfg.MaxAckPending = 256
+	cfg.AckWait = 2 * time.Second
+	cfg.RetryFor = time.Second
+	cfg.ParkAfter = 3 * time.Second
+	r := e.start(t, cfg)
+	waitFor(t, 10*time.Second, "the processor consuming", func() bool { return r.p.Ready() == nil })
+
+	lift := e.limitStateSize(t, cfg, 400)
+	kv, err := e.JS.KeyValue(e.ctx, cfg.Names().Sessions)
+	require.NoError(t, err)
+
+	bloated, others := stuckScripts(sessions)
+	subj := cfg.Subjects()
+	msgs := scriptMsgs(t, subj, bloated)
+	e.publishAll(t, msgs[:3])
+	waitFor(t, 10*time.Second, "the bloated session's first state stored", func() bool {
+		_, err := kv.Get(e.ctx, "bloated")
+		return err == nil
+	})
+	rest := msgs[3:]
+	var clean int
+	for _, s := range others {
+		m := scriptMsgs(t, subj, s)
+		clean += len(m)
+		rest = append(rest, m...)
+	}
+	e.publishAll(t, rest)
+	return parking{r: r, cfg: cfg, kv: kv, lift: lift, others: others, clean: clean}
 }
