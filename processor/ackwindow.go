@@ -34,15 +34,12 @@ import (
 type ackWindow struct {
 	mu       sync.Mutex
 	explicit bool
-	part     int // the consumer's partition (-1: explicit)
-	// finished, if set, is raised to acked (floor.go).
+	// finished, if set, is raised to the last input each release
+	// acknowledges: every input up to it is finished (floor.go).
 	finished *atomic.Uint64
 	q        []pendingInput // sorted by seq from head on
 	head     int
 	ready    []ackAction // explicit: finished, not yet released
-	// acked is the stream sequence of the last acknowledgement released:
-	// every input of the consumer up to it is finished (floor.go).
-	acked uint64
 }
 
 // pendingInput is one input of the window.
@@ -184,22 +181,13 @@ func (w *ackWindow) release() []ackAction {
 	if last := w.q[end-1]; last.term == "" {
 		out = append(out, ackAction{msg: last.msg})
 	}
-	w.acked = max(w.acked, w.q[end-1].seq)
 	if w.finished != nil {
-		raise(w.finished, w.acked)
+		raise(w.finished, w.q[end-1].seq)
 	}
 	clear(w.q[w.head:end])
 	w.head = end
 	w.compact()
 	return out
-}
-
-// finishedUpTo returns the stream sequence up to which every input of the
-// consumer is finished, as far as this window has released them (0: none).
-func (w *ackWindow) finishedUpTo() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.acked
 }
 
 // compact reclaims the released front once it is most of the slice.

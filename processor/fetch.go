@@ -24,7 +24,7 @@ import (
 // consumer is gone.
 func (p *Processor) fetch(ctx, hard context.Context, cons jetstream.Consumer, part int, lease *leases, shards []*shard) error {
 	f := &fetcher{p: p, ctx: ctx, hard: hard, cons: cons, name: cons.CachedInfo().Name, part: part, lease: lease, shards: shards,
-		win: &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy, part: part, finished: p.floors.finishedOf(part)}, lastPrune: time.Now()}
+		win: &ackWindow{explicit: cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy, finished: p.floors.finishedOf(part)}, lastPrune: time.Now()}
 	p.windows.Store(f.name, f.win)
 	defer p.windows.CompareAndDelete(f.name, f.win)
 	return f.run()
