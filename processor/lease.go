@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -219,14 +220,26 @@ func (l *leases) round(ctx context.Context) {
 		return
 	}
 	// Try the others, starting at a place of this instance's own, so that
-	// instances starting together do not all ask for the same keys.
+	// instances starting together do not all ask for the same keys. As
+	// many at once as the share lacks: a server that syncs every write
+	// stores each with an fsync, and one after another a fresh instance
+	// would wait for all of them before its last partition is fetched.
 	start := int(nuidHash(l.id) % uint32(len(l.parts)))
 	n := len(held)
-	for i := 0; i < len(l.parts) && n < share; i++ {
-		p := (start + i) % len(l.parts)
-		if l.take(ctx, p) {
-			n++
+	for i := 0; i < len(l.parts) && n < share; {
+		var took atomic.Int32
+		var wg sync.WaitGroup
+		for k := n; k < share && i < len(l.parts); k++ {
+			p := (start + i) % len(l.parts)
+			i++
+			wg.Go(func() {
+				if l.take(ctx, p) {
+					took.Add(1)
+				}
+			})
 		}
+		wg.Wait()
+		n += int(took.Load())
 	}
 }
 
@@ -278,8 +291,11 @@ func (l *leases) renew(ctx context.Context, p int) {
 	l.failed(err)
 }
 
-// failed notes a failure to reach the bucket in this round.
+// failed notes a failure to reach the bucket in this round (takes run
+// at once: see round).
 func (l *leases) failed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.fault == nil {
 		l.fault = err
 	}

@@ -299,32 +299,55 @@ func (p *Processor) watchDrain(ctx context.Context, cancel context.CancelFunc) (
 
 // openConsumers creates or updates the durable consumer of every
 // partition (and of the control subjects), waiting while NATS does not
-// answer; nil and no error when ctx ended first.
+// answer; nil and no error when ctx ended first. The control subjects'
+// consumer goes first, alone, so that only it waits and warns while NATS
+// is away; the partitions' then all at once: a server that syncs every
+// write stores each consumer's configuration with an fsync of its own,
+// and one after another they would hold up the start by as many.
 func (p *Processor) openConsumers(ctx context.Context) ([]jetstream.Consumer, error) {
-	stream := p.cfg.Names().Events
-	consumers := make([]jetstream.Consumer, 0, p.cfg.Partitions+1)
-	for part := -1; part < p.cfg.Partitions; part++ {
-		var cons jetstream.Consumer
-		want := p.cfg.ConsumerConfig(part)
-		err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
-			cons, err = p.js.CreateOrUpdateConsumer(ctx, stream, want)
-			return err
-		})
-		if err == nil {
-			consumers = append(consumers, cons)
-			continue
+	consumers := make([]jetstream.Consumer, p.cfg.Partitions+1)
+	errs := make([]error, p.cfg.Partitions+1)
+	open := func(part int) {
+		consumers[part+1], errs[part+1] = p.openConsumer(ctx, part)
+	}
+	if open(-1); errs[0] != nil || consumers[0] == nil {
+		return nil, errs[0]
+	}
+	var wg sync.WaitGroup
+	for part := range p.cfg.Partitions {
+		wg.Go(func() { open(part) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || consumers[i] == nil {
+			return nil, err
 		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		if old, ierr := p.js.Consumer(ctx, stream, want.Durable); ierr == nil && old.CachedInfo().Config.AckPolicy != want.AckPolicy {
-			return nil, fmt.Errorf("processor: consumer %s on %s acknowledges with policy %s, this version with %s, and JetStream cannot change it in place: "+
-				"stop every instance, delete the consumer (nats consumer rm %s %s) and start again; its inputs are delivered again and those applied are skipped: %w",
-				want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
-		}
-		return nil, fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), stream, err)
 	}
 	return consumers, nil
+}
+
+// openConsumer creates or updates the durable consumer of part; nil and
+// no error when ctx ended first.
+func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consumer, error) {
+	stream := p.cfg.Names().Events
+	var cons jetstream.Consumer
+	want := p.cfg.ConsumerConfig(part)
+	err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
+		cons, err = p.js.CreateOrUpdateConsumer(ctx, stream, want)
+		return err
+	})
+	if err == nil {
+		return cons, nil
+	}
+	if ctx.Err() != nil {
+		return nil, nil
+	}
+	if old, ierr := p.js.Consumer(ctx, stream, want.Durable); ierr == nil && old.CachedInfo().Config.AckPolicy != want.AckPolicy {
+		return nil, fmt.Errorf("processor: consumer %s on %s acknowledges with policy %s, this version with %s, and JetStream cannot change it in place: "+
+			"stop every instance, delete the consumer (nats consumer rm %s %s) and start again; its inputs are delivered again and those applied are skipped: %w",
+			want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
+	}
+	return nil, fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), stream, err)
 }
 
 // startLeases starts taking and renewing partition leases until hard ends
