@@ -17,11 +17,13 @@ func (e *envelope) readStructured(body []byte, own bool) *Error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errEmptyMessage()
 	}
-	if !utf8.Valid(body) {
-		return errBodyNotUTF8()
-	}
 	var o object
 	if !o.readBody(body) {
+		// readBody checks the UTF-8 too (see scanJSON): a body it refuses
+		// is looked at again to say what is wrong.
+		if !utf8.Valid(body) {
+			return errBodyNotUTF8()
+		}
 		if err := o.readSlow(body); err != nil {
 			return err
 		}
@@ -159,11 +161,14 @@ func (e *envelope) readBinary(body []byte, own bool) *Error {
 	if len(body) == 0 {
 		return nil
 	}
-	if !utf8.Valid(body) {
-		return errDataNotUTF8()
-	}
+	// scanJSON checks the UTF-8 too (the strings'; JSON allows nothing but
+	// ASCII outside them), so that the body is read once: a body it
+	// refuses is looked at again to say what is wrong.
 	switch valid, spaced := scanJSON(body); {
 	case !valid:
+		if !utf8.Valid(body) {
+			return errDataNotUTF8()
+		}
 		data, err := compactSlow(body) // its error says what is wrong
 		if err != nil {
 			return errDataNotJSON(err)

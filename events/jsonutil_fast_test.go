@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,6 +49,13 @@ func checkFastJSON(t *testing.T, raw []byte) {
 	t.Helper()
 	m1, d1, e1 := parseObject(raw)
 	m2, d2, e2 := parseObjectSlow(raw)
+	if !utf8.Valid(raw) {
+		// A body is checked for UTF-8 first (readStructured); the fast
+		// reader refuses text that is not, which encoding/json reads.
+		var o object
+		require.False(t, o.readBody(raw), "readBody(%q) took text that is not UTF-8", raw)
+		e1, e2, m1, m2, d1, d2 = nil, nil, nil, nil, "", ""
+	}
 	require.Equal(t, e2 == nil, e1 == nil, "parseObject(%q) error: fast %v, slow %v", raw, e1, e2)
 	require.Equal(t, d2, d1, "duplicate of %q", raw)
 	require.Equal(t, len(m2), len(m1), "members of %q", raw)
@@ -67,20 +75,40 @@ func checkFastJSON(t *testing.T, raw []byte) {
 }
 
 func FuzzValidJSON(f *testing.F) {
-	for _, s := range append(jsonSeeds, `{"a" :1}`, `{"a": 1}`, `[1 ,2]`, `{ "a":1}`, `-0.5e+7`, `01`, `1.`, `[1,]`, `{"a":1,}`, `[`, `]`, `nul`, `truex`, `"\u12"`, `"\x"`, " 1 ", `[[],{}]`, "\"\t\"") {
+	for _, s := range append(jsonSeeds, `{"a" :1}`, `{"a": 1}`, `[1 ,2]`, `{ "a":1}`, `-0.5e+7`, `01`, `1.`, `[1,]`, `{"a":1,}`, `[`, `]`, `nul`, `truex`, `"\u12"`, `"\x"`, " 1 ", `[[],{}]`, "\"\t\"",
+		"\"é\"", "\"\xff\"", "{\"a\xc3\":1}", "\"\xc3\\n\xa9\"", "[\"" + strings.Repeat("a", 40) + "\xe2\x82\"]", "\"" + strings.Repeat("é", 30) + "\"", "\xc3\xa9") {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)))
 	f.Add([]byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		valid, spaced := scanJSON(raw)
-		require.Equal(t, json.Valid(raw), valid, "validJSON(%q)", raw)
+		require.Equal(t, json.Valid(raw) && utf8.Valid(raw), valid, "validJSON(%q)", raw)
 		if valid {
 			c, err := compactSlow(raw)
 			require.NoError(t, err)
 			require.Equal(t, !bytes.Equal(c, raw), spaced, "scanJSON(%q) says white space: %v", raw, spaced)
 		}
 	})
+}
+
+// TestHasControlOrHigh puts one control byte or one high byte at every
+// position of ASCII buffers of every length up to 80: the word arithmetic
+// must find each.
+func TestHasControlOrHigh(t *testing.T) {
+	for _, fill := range []byte{'a', 0x20, 0x7f} {
+		for n := 0; n <= 80; n++ {
+			b := bytes.Repeat([]byte{fill}, n)
+			require.False(t, hasControlOrHigh(b), "fill %#x, length %d", fill, n)
+			for p := range n {
+				for _, c := range []byte{0x00, 0x1f, 0x80, 0xc3, 0xff} {
+					b[p] = c
+					require.True(t, hasControlOrHigh(b), "fill %#x, length %d, %#x at %d", fill, n, c, p)
+				}
+				b[p] = fill
+			}
+		}
+	}
 }
 
 // TestHasControlByte puts one control byte at every position of buffers of

@@ -11,7 +11,10 @@ func parseObject(raw []byte) (members []member, dup string, err error) {
 	var o object
 	if !o.readBody(raw) {
 		members, dup, err := parseObjectSlow(raw)
-		if err == nil && dup == "" {
+		// No members, no name and no error is the name "" given twice
+		// (the slow reader stops there, before what follows may be
+		// wrong): readBody, which reads to the end, may refuse it.
+		if err == nil && dup == "" && members != nil {
 			return nil, "", errors.New("readBody refused an object that encoding/json reads")
 		}
 		return members, dup, err
