@@ -76,7 +76,7 @@ func checkFastJSON(t *testing.T, raw []byte) {
 
 func FuzzValidJSON(f *testing.F) {
 	for _, s := range append(jsonSeeds, `{"a" :1}`, `{"a": 1}`, `[1 ,2]`, `{ "a":1}`, `-0.5e+7`, `01`, `1.`, `[1,]`, `{"a":1,}`, `[`, `]`, `nul`, `truex`, `"\u12"`, `"\x"`, " 1 ", `[[],{}]`, "\"\t\"",
-		"\"é\"", "\"\xff\"", "{\"a\xc3\":1}", "\"\xc3\\n\xa9\"", "[\"" + strings.Repeat("a", 40) + "\xe2\x82\"]", "\"" + strings.Repeat("é", 30) + "\"", "\xc3\xa9") {
+		"\"é\"", "\"\xff\"", "{\"a\xc3\":1}", "\"\xc3\\n\xa9\"", "[\""+strings.Repeat("a", 40)+"\xe2\x82\"]", "\""+strings.Repeat("é", 30)+"\"", "\xc3\xa9") {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)))
