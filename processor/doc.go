@@ -252,7 +252,10 @@
 // created when free, renewed by compare-and-swap every TTL/4, and left to
 // expire (the bucket's age limit is the TTL) by an instance that died. Each
 // instance announces itself there too and takes its fair share of the
-// partitions; one that holds more hands the surplus over once the fetch
+// partitions, as many creates at once as the share lacks (on a server that
+// syncs every write each is an fsync, and a start would otherwise wait for
+// them one after another, as it would for its consumers' updates, which
+// are sent at once too); one that holds more hands the surplus over once the fetch
 // under way has ended, and a drain hands everything over. A fetch waits for
 // messages only until shortly before its lease could expire, so the server
 // sends nothing to an instance that may have lost the partition.
