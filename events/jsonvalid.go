@@ -146,34 +146,40 @@ const (
 	highs = 0x8080808080808080
 )
 
-// hasLess reports whether some byte of x is below n (n <= 128). It is
-// exact: without such a byte no subtraction borrows.
-func hasLess(x uint64, n byte) bool {
-	return (x-ones*uint64(n))&^x&highs != 0
-}
-
 // hasControlByte reports whether b holds a byte below 0x20, looking at 32
 // bytes at a time.
-func hasControlByte(b []byte) bool {
+func hasControlByte(b []byte) bool { return controlScan(b, 0) }
+
+// hasControlOrHigh reports whether b holds a byte below 0x20 or of 0x80 and
+// above, looking at 32 bytes at a time.
+func hasControlOrHigh(b []byte) bool { return controlScan(b, highs) }
+
+// controlScan reports whether b holds a byte below 0x20, or, with m highs,
+// one of 0x80 and above. In a word x, x-c borrows into the high bit of
+// each byte below 0x20 (and past it only where there is one, so the answer
+// is exact); a byte of 0x80 and above keeps its high bit, which ^x|m
+// drops unless m counts it, and x&m counts it besides.
+func controlScan(b []byte, m uint64) bool {
 	const c = ones * 0x20
+	word := func(x uint64) uint64 { return (x-c)&(^x|m) | x&m }
 	for len(b) >= 32 {
 		x0 := binary.LittleEndian.Uint64(b[0:8])
 		x1 := binary.LittleEndian.Uint64(b[8:16])
 		x2 := binary.LittleEndian.Uint64(b[16:24])
 		x3 := binary.LittleEndian.Uint64(b[24:32])
-		if ((x0-c)&^x0|(x1-c)&^x1|(x2-c)&^x2|(x3-c)&^x3)&highs != 0 {
+		if (word(x0)|word(x1)|word(x2)|word(x3))&highs != 0 {
 			return true
 		}
 		b = b[32:]
 	}
 	for len(b) >= 8 {
-		if hasLess(binary.LittleEndian.Uint64(b[:8]), 0x20) {
+		if word(binary.LittleEndian.Uint64(b[:8]))&highs != 0 {
 			return true
 		}
 		b = b[8:]
 	}
 	for _, x := range b {
-		if x < 0x20 {
+		if x < 0x20 || m != 0 && x >= utf8.RuneSelf {
 			return true
 		}
 	}
@@ -188,34 +194,6 @@ func plainUTF8(b []byte) bool {
 		return true
 	}
 	return !hasControlByte(b) && utf8.Valid(b)
-}
-
-// hasControlOrHigh reports whether b holds a byte below 0x20 or of 0x80 and
-// above, looking at 32 bytes at a time.
-func hasControlOrHigh(b []byte) bool {
-	const c = ones * 0x20
-	for len(b) >= 32 {
-		x0 := binary.LittleEndian.Uint64(b[0:8])
-		x1 := binary.LittleEndian.Uint64(b[8:16])
-		x2 := binary.LittleEndian.Uint64(b[16:24])
-		x3 := binary.LittleEndian.Uint64(b[24:32])
-		if ((x0-c)|x0|(x1-c)|x1|(x2-c)|x2|(x3-c)|x3)&highs != 0 {
-			return true
-		}
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		if x := binary.LittleEndian.Uint64(b[:8]); ((x-c)|x)&highs != 0 {
-			return true
-		}
-		b = b[8:]
-	}
-	for _, x := range b {
-		if x < 0x20 || x >= utf8.RuneSelf {
-			return true
-		}
-	}
-	return false
 }
 
 // validString checks the string that starts at b[i] == '"' and returns the
