@@ -111,7 +111,3 @@ func FloorsOnEveryGroup() (restore func()) {
 	floorMinGroup, floorEvery = 1, 0
 	return func() { floorMinGroup, floorEvery = minAtomicBatch, 100*time.Millisecond }
 }
-
-// Configured is configured: whether a consumer's stored configuration has
-// every field a processor sets as it sets it.
-var Configured = configured

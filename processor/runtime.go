@@ -1,9 +1,7 @@
 package processor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -329,19 +327,12 @@ func (p *Processor) openConsumers(ctx context.Context) ([]jetstream.Consumer, er
 }
 
 // openConsumer creates or updates the durable consumer of part; nil and
-// no error when ctx ended first. A consumer already configured as this
-// instance would configure it is taken as it is: an update stores the
-// configuration again (an fsync under SyncAlways), even unchanged.
+// no error when ctx ended first.
 func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consumer, error) {
 	stream := p.cfg.Names().Events
+	var cons jetstream.Consumer
 	want := p.cfg.ConsumerConfig(part)
-	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StartTimeout/4, startAttemptMin))
-	cons, err := p.js.Consumer(lctx, stream, want.Durable)
-	cancel()
-	if err == nil && configured(want, cons.CachedInfo().Config) {
-		return cons, nil
-	}
-	err = starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
+	err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
 		cons, err = p.js.CreateOrUpdateConsumer(ctx, stream, want)
 		return err
 	})
@@ -357,24 +348,6 @@ func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consu
 			want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
 	}
 	return nil, fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), stream, err)
-}
-
-// configured reports whether the consumer configuration got has every
-// field set in want as want sets it (the server adds its own, such as its
-// version in the metadata, which an update would only write again).
-func configured(want, got jetstream.ConsumerConfig) bool {
-	var w, g map[string]json.RawMessage
-	wb, err1 := json.Marshal(want)
-	gb, err2 := json.Marshal(got)
-	if err1 != nil || err2 != nil || json.Unmarshal(wb, &w) != nil || json.Unmarshal(gb, &g) != nil {
-		return false
-	}
-	for k, v := range w {
-		if !bytes.Equal(v, g[k]) {
-			return false
-		}
-	}
-	return true
 }
 
 // startLeases starts taking and renewing partition leases until hard ends
