@@ -111,3 +111,7 @@ func FloorsOnEveryGroup() (restore func()) {
 	floorMinGroup, floorEvery = 1, 0
 	return func() { floorMinGroup, floorEvery = minAtomicBatch, 100*time.Millisecond }
 }
+
+// Configured is configured: whether a consumer's stored configuration is
+// the one a processor gives it.
+var Configured = configured

@@ -1,10 +1,13 @@
 package processor
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -327,12 +330,20 @@ func (p *Processor) openConsumers(ctx context.Context) ([]jetstream.Consumer, er
 }
 
 // openConsumer creates or updates the durable consumer of part; nil and
-// no error when ctx ended first.
+// no error when ctx ended first. A consumer the server holds configured
+// exactly as this instance would configure it is taken as it is: an
+// update stores the configuration again even unchanged, with an fsync on
+// a server that syncs every write.
 func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consumer, error) {
 	stream := p.cfg.Names().Events
-	var cons jetstream.Consumer
 	want := p.cfg.ConsumerConfig(part)
-	err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
+	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StartTimeout/4, startAttemptMin))
+	cons, err := p.js.Consumer(lctx, stream, want.Durable)
+	cancel()
+	if err == nil && configured(want, cons.CachedInfo().Config) {
+		return cons, nil
+	}
+	err = starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
 		cons, err = p.js.CreateOrUpdateConsumer(ctx, stream, want)
 		return err
 	})
@@ -348,6 +359,35 @@ func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consu
 			want.Durable, stream, old.CachedInfo().Config.AckPolicy, want.AckPolicy, stream, want.Durable, err)
 	}
 	return nil, fmt.Errorf("processor: consumer %s on %s: %w", p.cfg.ConsumerName(part), stream, err)
+}
+
+// configured reports whether got, a consumer configuration as the server
+// holds it, is want: every field of either is the same in the other, but
+// for those the server fills in itself (the name, from the durable name;
+// the most pull requests waiting, when it is the server's default; and its
+// own metadata, the keys that begin "_nats."). Anything else set on the consumer and not by
+// this instance (a priority group, a pin, another filter) is not.
+func configured(want, got jetstream.ConsumerConfig) bool {
+	const serverMaxWaiting = 512 // nats-server's default for a pull consumer
+	if got.Name == want.Durable && want.Name == "" {
+		got.Name = ""
+	}
+	if want.MaxWaiting == 0 && got.MaxWaiting == serverMaxWaiting {
+		got.MaxWaiting = 0
+	}
+	meta := map[string]string{}
+	for k, v := range got.Metadata {
+		if !strings.HasPrefix(k, "_nats.") {
+			meta[k] = v
+		}
+	}
+	got.Metadata = meta
+	if want.Metadata == nil {
+		want.Metadata = map[string]string{}
+	}
+	wb, err1 := json.Marshal(want)
+	gb, err2 := json.Marshal(got)
+	return err1 == nil && err2 == nil && bytes.Equal(wb, gb)
 }
 
 // startLeases starts taking and renewing partition leases until hard ends
