@@ -254,8 +254,10 @@
 // instance announces itself there too and takes its fair share of the
 // partitions, as many creates at once as the share lacks (on a server that
 // syncs every write each is an fsync, and a start would otherwise wait for
-// them one after another, as it would for its consumers' updates, which
-// are sent at once too); one that holds more hands the surplus over once the fetch
+// them one after another; the consumers it updates are updated at once
+// too, and only those the server holds configured otherwise than this
+// instance would configure them, as an update stores the configuration
+// again even unchanged); one that holds more hands the surplus over once the fetch
 // under way has ended, and a drain hands everything over. A fetch waits for
 // messages only until shortly before its lease could expire, so the server
 // sends nothing to an instance that may have lost the partition.
