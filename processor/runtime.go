@@ -337,13 +337,17 @@ func (p *Processor) openConsumers(ctx context.Context) ([]jetstream.Consumer, er
 func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consumer, error) {
 	stream := p.cfg.Names().Events
 	want := p.cfg.ConsumerConfig(part)
-	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StartTimeout/4, startAttemptMin))
-	cons, err := p.js.Consumer(lctx, stream, want.Durable)
-	cancel()
-	if err == nil && configured(want, cons.CachedInfo().Config) {
-		return cons, nil
-	}
-	err = starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
+	var cons jetstream.Consumer
+	err := starting(ctx, p.log, p.cfg.StartTimeout, "creating consumer "+p.cfg.ConsumerName(part), func(ctx context.Context) (err error) {
+		cons, err = p.js.Consumer(ctx, stream, want.Durable)
+		switch {
+		case err == nil && configured(want, cons.CachedInfo().Config):
+			return nil
+		case err != nil && waitable(err):
+			return err // NATS away: waited for, and warned of, as a create
+		}
+		// Not there, configured otherwise, or not to be read (an update
+		// says why, if it fails too).
 		cons, err = p.js.CreateOrUpdateConsumer(ctx, stream, want)
 		return err
 	})
