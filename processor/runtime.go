@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -368,9 +369,11 @@ func (p *Processor) openConsumer(ctx context.Context, part int) (jetstream.Consu
 // configured reports whether got, a consumer configuration as the server
 // holds it, is want: every field of either is the same in the other, but
 // for those the server fills in itself (the name, from the durable name;
-// the most pull requests waiting, when it is the server's default; and its
-// own metadata, the keys that begin "_nats."). Anything else set on the consumer and not by
-// this instance (a priority group, a pin, another filter) is not.
+// the most pull requests waiting, when it is the server's default; and
+// its own metadata, the keys that begin "_nats."). Anything else set on
+// the consumer and not by this instance (a priority group, a pin, another
+// filter) is not. Fields are compared as JSON, where an empty map or list
+// and none are alike.
 func configured(want, got jetstream.ConsumerConfig) bool {
 	const serverMaxWaiting = 512 // nats-server's default for a pull consumer
 	if got.Name == want.Durable && want.Name == "" {
@@ -379,16 +382,8 @@ func configured(want, got jetstream.ConsumerConfig) bool {
 	if want.MaxWaiting == 0 && got.MaxWaiting == serverMaxWaiting {
 		got.MaxWaiting = 0
 	}
-	meta := map[string]string{}
-	for k, v := range got.Metadata {
-		if !strings.HasPrefix(k, "_nats.") {
-			meta[k] = v
-		}
-	}
-	got.Metadata = meta
-	if want.Metadata == nil {
-		want.Metadata = map[string]string{}
-	}
+	got.Metadata = maps.Clone(got.Metadata)
+	maps.DeleteFunc(got.Metadata, func(k, _ string) bool { return strings.HasPrefix(k, "_nats.") })
 	wb, err1 := json.Marshal(want)
 	gb, err2 := json.Marshal(got)
 	return err1 == nil && err2 == nil && bytes.Equal(wb, gb)
